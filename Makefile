@@ -1,0 +1,34 @@
+# The two commands: `make train` and `make test`. Both build .venv from pyproject.toml first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+RUNNER ?= sync
+ARGS ?=
+
+.PHONY: setup train test bench lint clean
+
+setup: $(STAMP)
+
+# Rebuilt only when missing or older than pyproject.toml.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+train: $(STAMP)
+	$(VENV)/bin/jaxrl-async train --algo ppo --env CartPole-v1 --runner $(RUNNER) $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest -q $(ARGS)
+
+bench: $(STAMP)
+	$(PY) experiments/bench_sync.py --preset cartpole-ref
+	$(PY) experiments/bench_sync.py --preset cartpole-large
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

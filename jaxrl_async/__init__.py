@@ -1,0 +1,18 @@
+"""jaxrl_async: fast, vectorized, asynchronous reinforcement learning in JAX."""
+
+from jaxrl_async.algos.ppo import PPOConfig
+from jaxrl_async.config import SyncConfig
+from jaxrl_async.envs import EnvSpec, env_spec, make_env
+from jaxrl_async.runners.common import RunState, TrainResult
+from jaxrl_async.runners.sync import make_train
+
+__all__ = [
+    "PPOConfig",
+    "SyncConfig",
+    "EnvSpec",
+    "env_spec",
+    "make_env",
+    "make_train",
+    "RunState",
+    "TrainResult",
+]

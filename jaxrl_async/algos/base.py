@@ -1,0 +1,50 @@
+"""The algorithm contract: a trajectory in, pure ``init``/``act``/``learn`` functions out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+from jax import lax
+
+
+class Trajectory(NamedTuple):
+    """``T`` steps of ``B`` envs. Every leaf has the leading axes ``[T, B]``."""
+
+    obs: jax.Array  # [T, B, *obs_shape]
+    action: jax.Array  # [T, B, *action_shape]
+    reward: jax.Array  # [T, B]
+    terminated: jax.Array  # [T, B] bool: a terminal state; do not bootstrap
+    truncated: jax.Array  # [T, B] bool: a time limit; bootstrap from next_obs
+    next_obs: jax.Array  # [T, B, *obs_shape] true next obs (the final one where an episode ended)
+    extras: dict[str, jax.Array]  # [T, B, ...] what ``act`` returned (log_prob, value ...)
+    env_id: jax.Array  # [T, B] int32 global index of the env (device-count-invariant shuffles)
+    policy_version: jax.Array  # [T, B] int32 number of learner updates behind the acting params
+
+
+class Algorithm(NamedTuple):
+    """An algorithm as pure functions, closed over its config and env spec.
+
+    - ``init(key) -> state``: learner state (params, optimizer state, counters).
+    - ``act(params, obs, key) -> (action, extras)``: behaviour policy for ONE observation
+      (the rollout vmaps it over envs); ``extras`` go into ``Trajectory.extras``.
+    - ``learn(state, traj, key, axis_name=None) -> (state, metrics)``: one update from a
+      ``[T, B]`` trajectory; with ``axis_name`` it all-reduces gradients and metrics over it.
+    - ``policy_params(state) -> params``: what the actors need from the learner state.
+    """
+
+    init: Callable[[jax.Array], Any]
+    act: Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]
+    learn: Callable[..., tuple[Any, dict[str, jax.Array]]]
+    policy_params: Callable[[Any], Any] = lambda state: state.params
+
+
+class LearnerState(NamedTuple):
+    params: Any
+    opt_state: Any
+
+
+def pmean(tree: Any, axis_name: str | None) -> Any:
+    """``lax.pmean`` over ``axis_name``, or the identity when there is no such axis."""
+    return tree if axis_name is None else lax.pmean(tree, axis_name)

@@ -1,0 +1,157 @@
+"""Proximal Policy Optimization (Schulman et al., 2017), clipped surrogate, discrete or continuous.
+
+The ratio is taken against the behaviour log-prob stored in the trajectory, so the loss stays
+valid when the async runner trains on data a few updates old.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxrl_async.algos.base import Algorithm, LearnerState, Trajectory, pmean
+from jaxrl_async.algos.returns import gae
+from jaxrl_async.config import (
+    TrainConfig,
+    boolean,
+    config,
+    fail,
+    hyper,
+    in_range,
+    non_negative,
+    positive,
+    positive_int,
+    static,
+)
+from jaxrl_async.envs import EnvSpec
+from jaxrl_async.networks import actor_critic_for
+
+
+@config
+class PPOConfig(TrainConfig):
+    """PPO; the defaults are PureJaxRL's CartPole-v1 settings."""
+
+    lr: float = hyper(2.5e-4, positive)
+    """Adam learning rate."""
+    anneal_lr: bool = static(True, boolean)
+    """Anneal the learning rate linearly to 0 over training."""
+    update_epochs: int = static(4, positive_int)
+    """Passes over each rollout."""
+    num_minibatches: int = static(4, positive_int)
+    """Minibatches per epoch; each holds num_steps / num_minibatches steps of every env."""
+    gae_lambda: float = hyper(0.95, in_range(0.0, 1.0))
+    """GAE lambda."""
+    clip_eps: float = hyper(0.2, positive)
+    """Clip range of the probability ratio (and of the value change, with clip_value)."""
+    clip_value: bool = static(True, boolean)
+    """Clip the value loss like the policy loss."""
+    ent_coef: float = hyper(0.01, non_negative)
+    """Entropy bonus coefficient."""
+    vf_coef: float = hyper(0.5, non_negative)
+    """Value loss coefficient."""
+    max_grad_norm: float = hyper(0.5, positive)
+    """Global-norm gradient clipping (optax.clip_by_global_norm)."""
+    normalize_advantages: bool = static(True, boolean)
+    """Standardise advantages per minibatch (statistics over all devices)."""
+
+    name = "ppo"
+
+    def validate(self) -> None:
+        super().validate()
+        if self.num_steps % self.num_minibatches:
+            fail(self, "num_minibatches", f"must divide num_steps = {self.num_steps} (each "
+                 "minibatch takes num_steps / num_minibatches steps of every env)")
+
+
+def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
+    """PPO's init/act/learn for ``spec``; ``cfg``'s hyperparameters may be traced."""
+    network = actor_critic_for(spec, cfg.resolved_torso, cfg.hidden_sizes, cfg.activation)
+    grad_steps_per_update = cfg.update_epochs * cfg.num_minibatches
+
+    def learning_rate(count: jax.Array) -> jax.Array:
+        if not cfg.anneal_lr:
+            return cfg.lr
+        updates_done = count // grad_steps_per_update
+        return cfg.lr * (1.0 - updates_done / cfg.num_updates)
+
+    optimizer = optax.flatten(optax.chain(
+        optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(learning_rate, eps=1e-5)
+    ))
+
+    def init(key: jax.Array) -> LearnerState:
+        params = network.init(key, jnp.zeros(spec.obs_shape, spec.obs_dtype))
+        return LearnerState(params, optimizer.init(params))
+
+    def act(params, obs: jax.Array, key: jax.Array):
+        pi, value = network.apply(params, obs)
+        action = pi.sample(key)
+        return action, {"log_prob": pi.log_prob(action), "value": value}
+
+    def loss(params, obs, action, extras, advantages, targets):
+        pi, value = network.apply(params, obs)
+        log_ratio = pi.log_prob(action) - extras["log_prob"]
+        ratio = jnp.exp(log_ratio)
+        clipped_ratio = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
+        policy_loss = -jnp.minimum(ratio * advantages, clipped_ratio * advantages).mean()
+
+        value_loss = jnp.square(value - targets)
+        if cfg.clip_value:
+            old_value = extras["value"]
+            value_clipped = old_value + jnp.clip(value - old_value, -cfg.clip_eps, cfg.clip_eps)
+            value_loss = jnp.maximum(value_loss, jnp.square(value_clipped - targets))
+        value_loss = 0.5 * value_loss.mean()
+
+        entropy = pi.entropy().mean()
+        total = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+        return total, {
+            "loss": total,
+            "policy_loss": policy_loss,
+            "value_loss": value_loss,
+            "entropy": entropy,
+            "approx_kl": ((ratio - 1.0) - log_ratio).mean(),
+            "clip_frac": (jnp.abs(ratio - 1.0) > cfg.clip_eps).mean(),
+        }
+
+    def learn(state: LearnerState, traj: Trajectory, key: jax.Array, axis_name=None):
+        chex.assert_rank(traj.reward, 2)  # [T, B]
+        num_steps = traj.reward.shape[0]
+
+        # 1. Advantages: GAE, bootstrapping truncated episodes from V(final observation).
+        next_value = network.apply(state.params, traj.next_obs, method="value")
+        advantages, targets = gae(traj.reward, traj.extras["value"], next_value,
+                                  traj.terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
+
+        # 2. Epochs of minibatch steps. A minibatch holds T/M random steps of every env, drawn
+        #    by a permutation keyed on the env's global id: the same minibatches whatever the
+        #    number of devices the envs are split over.
+        def gradient_step(state: LearnerState, minibatch):
+            obs, action, extras, adv, target = minibatch
+            if cfg.normalize_advantages:
+                mean = pmean(adv.mean(), axis_name)
+                std = jnp.sqrt(jnp.maximum(pmean(jnp.square(adv).mean(), axis_name) - mean**2, 0))
+                adv = (adv - mean) / (std + 1e-8)
+            grads, metrics = jax.grad(loss, has_aux=True)(
+                state.params, obs, action, extras, adv, target
+            )
+            grads = pmean(grads, axis_name)
+            updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+            return LearnerState(optax.apply_updates(state.params, updates), opt_state), metrics
+
+        def epoch(state: LearnerState, epoch_key: jax.Array):
+            env_keys = jax.vmap(jax.random.fold_in, (None, 0))(epoch_key, traj.env_id[0])
+            order = jax.vmap(lambda k: jax.random.permutation(k, num_steps))(env_keys).T  # [T, B]
+
+            def shuffle(x: jax.Array) -> jax.Array:  # [T, B, ...] -> [M, T/M, B, ...]
+                x = jnp.take_along_axis(x, order.reshape(order.shape + (1,) * (x.ndim - 2)), 0)
+                return x.reshape(cfg.num_minibatches, -1, *x.shape[1:])
+
+            needed = (traj.obs, traj.action, traj.extras, advantages, targets)
+            minibatches = jax.tree.map(shuffle, needed)
+            return jax.lax.scan(gradient_step, state, minibatches)
+
+        state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, cfg.update_epochs))
+        return state, pmean(jax.tree.map(jnp.mean, metrics), axis_name)
+
+    return Algorithm(init=init, act=act, learn=learn)

@@ -1,0 +1,245 @@
+"""Frozen, validated configs that are also pytrees.
+
+Every config field is one of two kinds:
+
+- ``hyper(...)``: a number that does not change any array shape (learning rate, gamma, clip ...).
+  It is a pytree *leaf*, so ``jax.vmap`` can sweep it inside one compiled program.
+- ``static(...)``: anything that changes shapes or program structure (``num_envs``, network
+  sizes, the env id, the runner). It is pytree *aux data*: part of the compiled program.
+
+Each field may carry a ``check`` returning an error text or ``None``. Checks run on construction
+for concrete values, then the class's ``validate()`` (cross-field rules), so a bad value raises
+``ValueError`` naming the field and what is allowed before anything compiles. Unflattening a
+pytree (inside ``jit``/``vmap``) skips the checks: traced leaves cannot be checked, and they were
+checked when the config was built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import jax
+import numpy as np
+
+Check = Callable[[Any], "str | None"]
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------- field kinds
+def hyper(default: Any, check: Check | None = None) -> Any:
+    """A traced (sweepable) numeric field."""
+    return dataclasses.field(default=default, metadata={"kind": "hyper", "check": check})
+
+
+def static(default: Any = dataclasses.MISSING, check: Check | None = None, **kw: Any) -> Any:
+    """A static (shape or structure) field."""
+    return dataclasses.field(default=default, metadata={"kind": "static", "check": check}, **kw)
+
+
+# --------------------------------------------------------------------------- checks
+def _is_concrete(x: Any) -> bool:
+    return not isinstance(x, jax.core.Tracer) and np.ndim(x) == 0
+
+
+def positive(x: Any) -> str | None:
+    return None if x > 0 else "must be > 0"
+
+
+def non_negative(x: Any) -> str | None:
+    return None if x >= 0 else "must be >= 0"
+
+
+def positive_int(x: Any) -> str | None:
+    ok = isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x > 0
+    return None if ok else "must be a positive integer"
+
+
+def non_negative_int(x: Any) -> str | None:
+    ok = isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0
+    return None if ok else "must be a non-negative integer"
+
+
+def in_range(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> Check:
+    left, right = ("(" if lo_open else "["), (")" if hi_open else "]")
+
+    def check(x: Any) -> str | None:
+        ok = (x > lo if lo_open else x >= lo) and (x < hi if hi_open else x <= hi)
+        return None if ok else f"must be in {left}{lo}, {hi}{right}"
+
+    return check
+
+
+def one_of(*allowed: Any) -> Check:
+    def check(x: Any) -> str | None:
+        return None if x in allowed else f"must be one of {list(allowed)}"
+
+    return check
+
+
+def boolean(x: Any) -> str | None:
+    return None if isinstance(x, (bool, np.bool_)) else "must be True or False"
+
+
+def positive_int_tuple(x: Any) -> str | None:
+    ok = isinstance(x, tuple) and len(x) > 0 and all(positive_int(v) is None for v in x)
+    return None if ok else "must be a non-empty tuple of positive integers"
+
+
+# --------------------------------------------------------------------------- the decorator
+def config(cls: type[T]) -> type[T]:
+    """Make ``cls`` a frozen, keyword-only, validated dataclass registered as a pytree."""
+    def __post_init__(self: Any) -> None:
+        for f in dataclasses.fields(self):
+            check = f.metadata.get("check")
+            value = getattr(self, f.name)
+            if check is None or (f.metadata.get("kind") == "hyper" and not _is_concrete(value)):
+                continue
+            message = check(value)
+            if message is not None:
+                raise ValueError(f"{type(self).__name__}.{f.name} {message}, got {value!r}")
+        if hasattr(self, "validate"):
+            self.validate()  # cross-field rules; subclasses extend it with super().validate()
+
+    cls.__post_init__ = __post_init__
+    cls = dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+    hyper_names = tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("kind") == "hyper")
+    static_names = tuple(f.name for f in dataclasses.fields(cls) if f.name not in hyper_names)
+
+    def flatten_with_keys(c: Any):
+        children = [(jax.tree_util.GetAttrKey(n), getattr(c, n)) for n in hyper_names]
+        return children, tuple(getattr(c, n) for n in static_names)
+
+    def unflatten(aux: tuple, children: Sequence[Any]) -> Any:
+        obj = object.__new__(cls)  # no re-validation: leaves may be tracers or vmap axis specs
+        for name, value in zip(hyper_names, children):
+            object.__setattr__(obj, name, value)
+        for name, value in zip(static_names, aux):
+            object.__setattr__(obj, name, value)
+        return obj
+
+    def flatten(c: Any):
+        return [getattr(c, n) for n in hyper_names], tuple(getattr(c, n) for n in static_names)
+
+    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+    cls._hyper_fields = hyper_names
+    cls._static_fields = static_names
+    return cls
+
+
+def hyper_fields(cfg: Any) -> tuple[str, ...]:
+    """Names of the traced (sweepable) fields of a config."""
+    return type(cfg)._hyper_fields
+
+
+def static_fields(cfg: Any) -> tuple[str, ...]:
+    """Names of the static (shape or structure) fields of a config."""
+    return type(cfg)._static_fields
+
+
+def fail(cfg: Any, field: str, message: str) -> None:
+    """Raise the standard config error for ``field``."""
+    raise ValueError(f"{type(cfg).__name__}.{field} {message}, got {getattr(cfg, field)!r}")
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A JSON-friendly dict of a config (nested configs included, with their type)."""
+    out: dict[str, Any] = {"_type": type(cfg).__name__}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            value = to_dict(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, (np.generic, np.ndarray)) or hasattr(value, "tolist"):
+            value = np.asarray(value).tolist()
+        out[f.name] = value
+    return out
+
+
+# --------------------------------------------------------------------------- shared configs
+@config
+class SyncConfig:
+    """The fused on-device runner: rollout and update in one ``lax.scan``."""
+
+    num_devices: int = static(1, positive_int)
+    """Local devices to run data-parallel over (``num_envs`` is split across them)."""
+
+    name = "sync"
+
+
+@config
+class TrainConfig:
+    """Fields every algorithm shares: the env, the batch shape, the budget, the runner."""
+
+    env: str = static("CartPole-v1")
+    """Environment id (any gymnax id, e.g. CartPole-v1, Pendulum-v1, Breakout-MinAtar)."""
+    total_timesteps: int = static(500_000, positive_int)
+    """Environment steps to train for (summed over all envs)."""
+    num_envs: int = static(4, positive_int)
+    """Parallel environments (summed over all devices)."""
+    num_steps: int = static(128, positive_int)
+    """Steps per env per rollout (the trajectory length T)."""
+    gamma: float = hyper(0.99, in_range(0.0, 1.0))
+    """Discount factor."""
+    normalize_obs: bool = static(False, boolean)
+    """Standardise observations with running statistics (kept in the env state)."""
+    torso: str = static("auto", one_of("auto", "mlp", "cnn"))
+    """Network torso: mlp, cnn (MinAtar-style), or auto (cnn for image observations)."""
+    hidden_sizes: tuple[int, ...] = static((64, 64), positive_int_tuple)
+    """Hidden layer sizes of the MLP (or the dense layers after the CNN)."""
+    activation: str = static("tanh", one_of("tanh", "relu", "gelu", "silu"))
+    """Hidden activation."""
+    runner: Any = static(SyncConfig())
+    """Runner: SyncConfig(...) or AsyncConfig(...)."""
+    log_every: int = static(10, positive_int)
+    """Updates between metric fetches to the host (progress bar, sinks)."""
+
+    name = "base"
+
+    # ----------------------------------------------------------------- derived
+    @property
+    def steps_per_update(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_timesteps // self.steps_per_update
+
+    @property
+    def resolved_torso(self) -> str:
+        if self.torso != "auto":
+            return self.torso
+        from jaxrl_async.envs import env_spec
+
+        return "cnn" if len(env_spec(self.env).obs_shape) == 3 else "mlp"
+
+    @property
+    def flatten_obs(self) -> bool:
+        return self.resolved_torso == "mlp"
+
+    # ----------------------------------------------------------------- checks
+    def validate(self) -> None:
+        from jaxrl_async.envs import check_env_id, env_spec
+
+        try:
+            check_env_id(self.env)
+        except ValueError as e:
+            raise ValueError(f"{type(self).__name__}.env: {e}") from None
+        if self.total_timesteps < self.steps_per_update:
+            fail(self, "total_timesteps", f"must be >= num_envs * num_steps = {self.steps_per_update}")
+        if self.torso == "cnn" and len(env_spec(self.env).obs_shape) != 3:
+            fail(self, "torso", f"'cnn' needs image observations [H, W, C]; {self.env} has "
+                 f"shape {env_spec(self.env).obs_shape}; allowed here: 'mlp' or 'auto'")
+        if not hasattr(self.runner, "name") or self.runner.name not in ("sync", "async"):
+            fail(self, "runner", "must be SyncConfig(...) or AsyncConfig(...)")
+        devices = getattr(self.runner, "num_devices", 1)
+        if self.num_envs % devices:
+            fail(self, "num_envs", f"must be divisible by runner.num_devices = {devices}")
+
+    @property
+    def is_discrete(self) -> bool:
+        from jaxrl_async.envs import env_spec
+
+        return env_spec(self.env).discrete

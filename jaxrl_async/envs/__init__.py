@@ -1,0 +1,85 @@
+"""Environments: ``make_env(env_id)`` for gymnax ids, wrapped and batched on the device."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from jaxrl_async.envs.core import EnvSpec, GymnaxVecEnv, VecEnv, spec_from_gymnax
+from jaxrl_async.envs.wrappers import (
+    ClipAction,
+    EpisodeStatistics,
+    FlattenObservation,
+    NormalizeObservation,
+    RunningMoments,
+    normalize,
+)
+
+__all__ = [
+    "EnvSpec",
+    "VecEnv",
+    "make_env",
+    "env_spec",
+    "known_env_ids",
+    "ClipAction",
+    "EpisodeStatistics",
+    "FlattenObservation",
+    "NormalizeObservation",
+    "RunningMoments",
+    "normalize",
+]
+
+
+def known_env_ids() -> list[str]:
+    """Every gymnax id ``make_env`` accepts (classic control, MinAtar, bsuite, misc)."""
+    import gymnax
+
+    return list(gymnax.registered_envs)
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise ``ValueError`` listing the known ids when ``env_id`` is unknown."""
+    known = known_env_ids()
+    if env_id not in known:
+        raise ValueError(f"unknown env id {env_id!r}; known ids: {', '.join(known)}")
+
+
+@functools.lru_cache(maxsize=None)
+def _gymnax(env_id: str, env_kwargs: tuple = ()) -> tuple[Any, Any, EnvSpec]:
+    import gymnax
+
+    check_env_id(env_id)
+    env, params = gymnax.make(env_id, **dict(env_kwargs))
+    return env, params, spec_from_gymnax(env_id, env, params)
+
+
+def env_spec(env_id: str, *, flatten_obs: bool = False) -> EnvSpec:
+    """The spec of ``make_env(env_id, flatten_obs=...)`` without building wrappers."""
+    return make_env(env_id, flatten_obs=flatten_obs).spec
+
+
+def make_env(
+    env_id: str,
+    *,
+    flatten_obs: bool = False,
+    normalize_obs: bool = False,
+    clip_action: bool = True,
+    episode_stats: bool = True,
+    **env_kwargs: Any,
+) -> VecEnv:
+    """A batched, auto-resetting env: gymnax ``env_id`` under the requested wrappers.
+
+    Wrapper order, inner to outer: flatten, clip action (continuous only), episode statistics,
+    observation normalisation (outermost, so its statistics see what the agent sees).
+    """
+    env, params, spec = _gymnax(env_id, tuple(sorted(env_kwargs.items())))
+    vec: VecEnv = GymnaxVecEnv(env, params, spec)
+    if flatten_obs and len(spec.obs_shape) > 1:
+        vec = FlattenObservation(vec)
+    if clip_action and not spec.discrete:
+        vec = ClipAction(vec)
+    if episode_stats:
+        vec = EpisodeStatistics(vec)
+    if normalize_obs:
+        vec = NormalizeObservation(vec)
+    return vec

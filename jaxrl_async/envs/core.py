@@ -1,0 +1,97 @@
+"""Batched, auto-resetting environments on the device, and the spec networks build from.
+
+A ``VecEnv`` steps B environments at once. Its contract, shared by every wrapper:
+
+- ``reset(keys [B]) -> (obs [B, *obs_shape], state)``
+- ``step(keys [B], state, action [B, *action_shape])
+  -> (obs, state, reward [B], terminated [B], truncated [B], info)``
+
+like gymnax 1.x: ``obs`` is already the first observation of the next episode where an episode
+ended, and ``info["final_observation"]`` holds the true last observation (so a truncated episode
+can be bootstrapped). Every leaf of ``state`` has the leading batch axis ``B``, so env states can
+be sliced per env and sharded over devices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What a network needs to know about an environment."""
+
+    env_id: str
+    obs_shape: tuple[int, ...]
+    obs_dtype: Any
+    discrete: bool
+    num_actions: int = 0  # discrete only
+    action_shape: tuple[int, ...] = ()  # continuous only
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
+    max_episode_steps: int = 0
+
+
+class VecEnv:
+    """Base of all batched environments and wrappers."""
+
+    spec: EnvSpec
+
+    def reset(self, keys: jax.Array) -> tuple[jax.Array, Any]:
+        raise NotImplementedError
+
+    def step(self, keys: jax.Array, state: Any, action: jax.Array):
+        raise NotImplementedError
+
+
+class GymnaxVecEnv(VecEnv):
+    """``vmap`` of a gymnax 1.x environment over a batch of keys."""
+
+    def __init__(self, env: Any, params: Any, spec: EnvSpec):
+        self.env, self.params, self.spec = env, params, spec
+
+    def reset(self, keys: jax.Array) -> tuple[jax.Array, Any]:
+        return jax.vmap(self.env.reset, in_axes=(0, None))(keys, self.params)
+
+    def step(self, keys: jax.Array, state: Any, action: jax.Array):
+        obs, state, reward, terminated, truncated, info = jax.vmap(
+            self.env.step, in_axes=(0, 0, 0, None)
+        )(keys, state, action, self.params)
+        info = {"final_observation": info["final_observation"]}
+        return (
+            obs,
+            state,
+            reward.astype(jnp.float32),
+            terminated.astype(bool),
+            truncated.astype(bool),
+            info,
+        )
+
+
+def spec_from_gymnax(env_id: str, env: Any, params: Any) -> EnvSpec:
+    """Read observation and action spaces off a gymnax environment."""
+    act_space = env.action_space(params)
+    obs, _ = jax.eval_shape(env.reset, jax.random.key(0), params)  # shapes only, no compile
+    common = dict(
+        env_id=env_id,
+        obs_shape=tuple(obs.shape),
+        obs_dtype=np.dtype(obs.dtype),
+        max_episode_steps=int(getattr(params, "max_steps_in_episode", 0)),
+    )
+    if hasattr(act_space, "n"):
+        return EnvSpec(discrete=True, num_actions=int(act_space.n), **common)
+    shape = tuple(act_space.shape)
+    low = np.broadcast_to(np.asarray(act_space.low, np.float32), shape).ravel()
+    high = np.broadcast_to(np.asarray(act_space.high, np.float32), shape).ravel()
+    return EnvSpec(
+        discrete=False,
+        action_shape=shape,
+        action_low=tuple(float(v) for v in low),
+        action_high=tuple(float(v) for v in high),
+        **common,
+    )

@@ -1,0 +1,94 @@
+"""The one place env meets policy: ``T`` steps of ``B`` envs under ``lax.scan``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl_async.algos.base import Trajectory
+from jaxrl_async.envs import VecEnv
+
+
+class EnvCarry(NamedTuple):
+    """What a rollout continues from: env states and current observations (leading axis B)."""
+
+    env_state: Any
+    obs: jax.Array  # [B, *obs_shape]
+
+
+class EpisodeSums(NamedTuple):
+    """Totals over the episodes that finished during a rollout (sum over envs and steps)."""
+
+    return_sum: jax.Array  # []
+    length_sum: jax.Array  # []
+    count: jax.Array  # []
+
+
+def env_keys(key: jax.Array, env_id: jax.Array) -> jax.Array:
+    """One key per env, keyed on its global id, so splitting envs over devices changes nothing."""
+    return jax.vmap(jax.random.fold_in, (None, 0))(key, env_id)
+
+
+def reset(env: VecEnv, key: jax.Array, env_id: jax.Array) -> EnvCarry:
+    """Reset the envs ``env_id [B]``."""
+    obs, env_state = env.reset(env_keys(key, env_id))
+    return EnvCarry(env_state, obs)
+
+
+def rollout(
+    env: VecEnv,
+    act: Callable,
+    params: Any,
+    carry: EnvCarry,
+    key: jax.Array,
+    num_steps: int,
+    env_id: jax.Array,  # [B] global env ids
+    policy_version: jax.Array | int = 0,
+) -> tuple[EnvCarry, Trajectory, EpisodeSums]:
+    """Collect ``num_steps`` steps of every env with ``act(params, obs, key)`` vmapped over envs."""
+    act_batch = jax.vmap(act, in_axes=(None, 0, 0))
+    # All keys of the rollout in one vectorised call: [T, B, 2] (act key, env key).
+    step_keys = jax.vmap(lambda t: env_keys(jax.random.fold_in(key, t), env_id))(
+        jnp.arange(num_steps)
+    )
+    step_keys = jax.vmap(jax.vmap(jax.random.split))(step_keys)
+
+    def step(carry: tuple[EnvCarry, EpisodeSums], keys: jax.Array):
+        (env_state, obs), sums = carry
+        action, extras = act_batch(params, obs, keys[:, 0])
+        next_obs, env_state, reward, terminated, truncated, info = env.step(
+            keys[:, 1], env_state, action
+        )
+        transition = (obs, action, reward, terminated, truncated, info["final_observation"], extras)
+        done = info["episode_done"]
+        sums = EpisodeSums(
+            sums.return_sum + jnp.sum(jnp.where(done, info["episode_return"], 0.0)),
+            sums.length_sum + jnp.sum(jnp.where(done, info["episode_length"], 0)),
+            sums.count + jnp.sum(done),
+        )
+        return (EnvCarry(env_state, next_obs), sums), transition
+
+    zero = jnp.zeros((), jnp.float32)
+    (carry, sums), steps = jax.lax.scan(step, (carry, EpisodeSums(zero, zero, zero)), step_keys)
+    obs, action, reward, terminated, truncated, next_obs, extras = steps
+    time_batch = reward.shape  # [T, B]
+    traj = Trajectory(
+        obs, action, reward, terminated, truncated, next_obs, extras,
+        env_id=jnp.broadcast_to(env_id, time_batch),
+        policy_version=jnp.broadcast_to(jnp.asarray(policy_version, jnp.int32), time_batch),
+    )
+    return carry, traj, sums
+
+
+def episode_metrics(sums: EpisodeSums, previous_return: jax.Array, previous_length: jax.Array):
+    """Mean return/length of the episodes that finished; the previous values when none did."""
+    any_done = sums.count > 0
+    denom = jnp.maximum(sums.count, 1.0)
+    return {
+        "episode_return": jnp.where(any_done, sums.return_sum / denom, previous_return),
+        "episode_length": jnp.where(any_done, sums.length_sum / denom, previous_length),
+        "episodes": sums.count,
+    }

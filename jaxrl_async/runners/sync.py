@@ -1,0 +1,165 @@
+"""The sync runner (Podracer's "Anakin"): rollout and update fused in one program on device.
+
+``make_train(cfg)`` returns a pure function of a PRNG key: ``jit`` it, ``vmap`` it over seeds.
+With ``SyncConfig(num_devices=D)`` the program runs data-parallel over D local devices with
+``jax.shard_map`` (what ``jax.pmap`` is built on since JAX 0.8, and unlike ``pmap`` it composes
+with ``jit`` and ``vmap``): each device steps ``num_envs / D`` envs, gradients and metrics are
+``lax.pmean``-ed, so params stay identical on every device. Env ids, and hence all random keys,
+are global, so D devices compute what one device computes, to float tolerance.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from jaxrl_async.rollout import rollout
+from jaxrl_async.runners.common import (
+    RunState,
+    TrainResult,
+    build,
+    check_devices,
+    init_state,
+    to_numpy,
+    update_keys,
+    update_metrics,
+)
+
+AXIS = "devices"
+STATE_SPEC = RunState(learner=P(), env=P(AXIS), key=P(), update=P(), last_episode=P())
+
+
+class Program(NamedTuple):
+    """Per-device functions of the sync runner (run them through ``spmd``)."""
+
+    init: Callable[[jax.Array], RunState]
+    update: Callable[[RunState], tuple[RunState, dict]]
+    num_devices: int
+
+
+def program(cfg: Any) -> Program:
+    """The sync runner's per-device init and update for ``cfg`` (hyperparameters may be traced)."""
+    env, algo = build(cfg)
+    num_devices = cfg.runner.num_devices
+    local_envs = cfg.num_envs // num_devices
+    axis = AXIS if num_devices > 1 else None
+
+    def env_id() -> jax.Array:  # [B_local] global ids of this device's envs
+        offset = lax.axis_index(AXIS) * local_envs if axis else 0
+        return offset + jnp.arange(local_envs, dtype=jnp.int32)
+
+    def init(key: jax.Array) -> RunState:
+        return init_state(env, algo, key, env_id())
+
+    def update(state: RunState) -> tuple[RunState, dict]:
+        rollout_key, learn_key = update_keys(state.key, state.update)
+        params = algo.policy_params(state.learner)
+        env_carry, traj, sums = rollout(
+            env, algo.act, params, state.env, rollout_key, cfg.num_steps, env_id(), state.update
+        )
+        learner, learn_metrics = algo.learn(state.learner, traj, learn_key, axis)
+        if axis:
+            sums = lax.psum(sums, axis)
+        metrics, last_episode = update_metrics(state, sums, learn_metrics, cfg.steps_per_update)
+        return RunState(learner, env_carry, state.key, state.update + 1, last_episode), metrics
+
+    return Program(init, update, num_devices)
+
+
+def spmd(fn: Callable, num_devices: int, in_specs: Any, out_specs: Any) -> Callable:
+    """``fn`` itself on one device, else ``shard_map``-ed over the first ``num_devices``."""
+    if num_devices == 1:
+        return fn
+    mesh = Mesh(np.array(jax.local_devices()[:num_devices]), (AXIS,))
+    return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+
+
+def train_with_config(cfg: Any, key: jax.Array) -> TrainResult:
+    """The whole run as one program; ``cfg``'s hyperparameter leaves may be traced (sweeps)."""
+    prog = program(cfg)
+
+    def whole(key: jax.Array) -> TrainResult:
+        state = prog.init(key)
+        state, metrics = lax.scan(lambda s, _: prog.update(s), state, None, cfg.num_updates)
+        return TrainResult(state, metrics)
+
+    return spmd(whole, prog.num_devices, P(), TrainResult(STATE_SPEC, P(), None))(key)
+
+
+def make_train(cfg: Any) -> Callable[[jax.Array], TrainResult]:
+    """A pure function ``key -> TrainResult`` running all of training on device."""
+    check_devices("num_devices", cfg.runner.num_devices, cfg)
+    return lambda key: train_with_config(cfg, key)
+
+
+def run(
+    cfg: Any,
+    key: jax.Array,
+    on_metrics: Callable[[int, dict], None] | None = None,
+    state: RunState | None = None,
+) -> TrainResult:
+    """Host-level loop: the same updates in chunks of ``cfg.log_every``, metrics fetched while
+    the next chunk runs (no host round trip per update). ``on_metrics(first_update, rows)``
+    receives each chunk's metrics as NumPy arrays."""
+    check_devices("num_devices", cfg.runner.num_devices, cfg)
+    prog = program(cfg)
+    chunk = min(cfg.log_every, cfg.num_updates)
+
+    def run_chunk(state: RunState, n: jax.Array) -> tuple[RunState, dict]:
+        shapes = jax.eval_shape(prog.update, state)[1]
+        buffers = jax.tree.map(lambda s: jnp.zeros((chunk, *s.shape), s.dtype), shapes)
+
+        def body(i, carry):
+            state, buffers = carry
+            state, metrics = prog.update(state)
+            return state, jax.tree.map(lambda b, m: b.at[i].set(m), buffers, metrics)
+
+        return lax.fori_loop(0, n, body, (state, buffers))
+
+    start = time.perf_counter()
+    init_fn = jax.jit(spmd(prog.init, prog.num_devices, P(), STATE_SPEC))
+    chunk_fn = jax.jit(
+        spmd(run_chunk, prog.num_devices, (STATE_SPEC, P()), (STATE_SPEC, P())),
+        donate_argnums=0,
+    )
+    if state is None:
+        state = init_fn(key)
+    compiled = chunk_fn.lower(state, jnp.int32(chunk)).compile()
+    jax.block_until_ready(state)
+    compile_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    rows: list[dict] = []
+    pending: tuple[int, int, Any] | None = None
+    first = int(state.update)
+    for begin in range(first, cfg.num_updates, chunk):
+        n = min(chunk, cfg.num_updates - begin)
+        state, buffers = compiled(state, jnp.int32(n))  # dispatched; runs while we log
+        if pending is not None:
+            rows.append(_deliver(pending, on_metrics))
+        pending = (begin, n, buffers)
+    if pending is not None:
+        rows.append(_deliver(pending, on_metrics))
+    jax.block_until_ready(state)
+    train_s = time.perf_counter() - start
+
+    metrics = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]} if rows else {}
+    steps = (cfg.num_updates - first) * cfg.steps_per_update
+    timing = {"compile_s": compile_s, "train_s": train_s, "sps": steps / max(train_s, 1e-9)}
+    return TrainResult(state, metrics, timing)
+
+
+def _deliver(pending: tuple[int, int, Any], on_metrics: Callable | None) -> dict:
+    begin, n, buffers = pending
+    rows = {k: v[:n] for k, v in to_numpy(buffers).items()}
+    if on_metrics is not None:
+        on_metrics(begin, rows)
+    return rows

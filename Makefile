@@ -24,8 +24,9 @@ test: $(STAMP)
 	$(PY) -m pytest -q $(ARGS)
 
 bench: $(STAMP)
-	$(PY) experiments/bench_sync.py --preset cartpole-ref
-	$(PY) experiments/bench_sync.py --preset cartpole-large
+	$(PY) experiments/bench_sync.py --preset cartpole-ref --baseline
+	$(PY) experiments/bench_sync.py --preset cartpole-ref --baseline --fast-compile
+	$(PY) experiments/bench_sync.py --preset cartpole-large --baseline --repeats 1
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -4,7 +4,7 @@ from jaxrl_async.algos.ppo import PPOConfig
 from jaxrl_async.config import SyncConfig
 from jaxrl_async.envs import EnvSpec, env_spec, make_env
 from jaxrl_async.runners.common import RunState, TrainResult
-from jaxrl_async.runners.sync import make_train
+from jaxrl_async.train import make_train, train
 
 __all__ = [
     "PPOConfig",
@@ -13,6 +13,7 @@ __all__ = [
     "env_spec",
     "make_env",
     "make_train",
+    "train",
     "RunState",
     "TrainResult",
 ]

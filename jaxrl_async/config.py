@@ -104,7 +104,8 @@ def config(cls: type[T]) -> type[T]:
 
     cls.__post_init__ = __post_init__
     cls = dataclasses.dataclass(frozen=True, kw_only=True)(cls)
-    hyper_names = tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("kind") == "hyper")
+    fields = dataclasses.fields(cls)
+    hyper_names = tuple(f.name for f in fields if f.metadata.get("kind") == "hyper")
     static_names = tuple(f.name for f in dataclasses.fields(cls) if f.name not in hyper_names)
 
     def flatten_with_keys(c: Any):
@@ -195,6 +196,9 @@ class TrainConfig:
     """Runner: SyncConfig(...) or AsyncConfig(...)."""
     log_every: int = static(10, positive_int)
     """Updates between metric fetches to the host (progress bar, sinks)."""
+    fast_compile: bool = static(False, boolean)
+    """Compile with XLA:CPU's legacy emitters: ~40% less compile time, ~15% slower steps (for
+    short runs and sweeps on a CPU; ignored on other platforms)."""
 
     name = "base"
 
@@ -228,7 +232,8 @@ class TrainConfig:
         except ValueError as e:
             raise ValueError(f"{type(self).__name__}.env: {e}") from None
         if self.total_timesteps < self.steps_per_update:
-            fail(self, "total_timesteps", f"must be >= num_envs * num_steps = {self.steps_per_update}")
+            fail(self, "total_timesteps",
+                 f"must be >= num_envs * num_steps = {self.steps_per_update}")
         if self.torso == "cnn" and len(env_spec(self.env).obs_shape) != 3:
             fail(self, "torso", f"'cnn' needs image observations [H, W, C]; {self.env} has "
                  f"shape {env_spec(self.env).obs_shape}; allowed here: 'mlp' or 'auto'")
@@ -243,3 +248,30 @@ class TrainConfig:
         from jaxrl_async.envs import env_spec
 
         return env_spec(self.env).discrete
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The attribute docstrings of a config class and its bases (the one source of help text)."""
+    import ast
+    import inspect
+    import textwrap
+
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError):
+            continue
+        body = tree.body[0].body
+        for node, after in zip(body, body[1:]):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[node.target.id] = " ".join(after.value.value.split())
+    return docs

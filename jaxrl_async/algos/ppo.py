@@ -26,7 +26,7 @@ from jaxrl_async.config import (
     static,
 )
 from jaxrl_async.envs import EnvSpec
-from jaxrl_async.networks import actor_critic_for
+from jaxrl_async.networks import actor_critic_for, init_params
 
 
 @config
@@ -40,7 +40,7 @@ class PPOConfig(TrainConfig):
     update_epochs: int = static(4, positive_int)
     """Passes over each rollout."""
     num_minibatches: int = static(4, positive_int)
-    """Minibatches per epoch; each holds num_steps / num_minibatches steps of every env."""
+    """Minibatches per epoch; each holds num_steps / num_minibatches random steps of every env."""
     gae_lambda: float = hyper(0.95, in_range(0.0, 1.0))
     """GAE lambda."""
     clip_eps: float = hyper(0.2, positive)
@@ -81,7 +81,7 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
     ))
 
     def init(key: jax.Array) -> LearnerState:
-        params = network.init(key, jnp.zeros(spec.obs_shape, spec.obs_dtype))
+        params = init_params(network, key, jnp.zeros(spec.obs_shape, spec.obs_dtype))
         return LearnerState(params, optimizer.init(params))
 
     def act(params, obs: jax.Array, key: jax.Array):
@@ -123,9 +123,9 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
         advantages, targets = gae(traj.reward, traj.extras["value"], next_value,
                                   traj.terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
 
-        # 2. Epochs of minibatch steps. A minibatch holds T/M random steps of every env, drawn
-        #    by a permutation keyed on the env's global id: the same minibatches whatever the
-        #    number of devices the envs are split over.
+        # 2. Epochs of minibatch steps. A minibatch holds the same T/M random time steps of
+        #    every env: the permutation depends on the key alone, so the minibatches are the
+        #    same whatever the number of devices the envs are split over.
         def gradient_step(state: LearnerState, minibatch):
             obs, action, extras, adv, target = minibatch
             if cfg.normalize_advantages:
@@ -140,12 +140,10 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
             return LearnerState(optax.apply_updates(state.params, updates), opt_state), metrics
 
         def epoch(state: LearnerState, epoch_key: jax.Array):
-            env_keys = jax.vmap(jax.random.fold_in, (None, 0))(epoch_key, traj.env_id[0])
-            order = jax.vmap(lambda k: jax.random.permutation(k, num_steps))(env_keys).T  # [T, B]
+            order = jax.random.permutation(epoch_key, num_steps)
 
             def shuffle(x: jax.Array) -> jax.Array:  # [T, B, ...] -> [M, T/M, B, ...]
-                x = jnp.take_along_axis(x, order.reshape(order.shape + (1,) * (x.ndim - 2)), 0)
-                return x.reshape(cfg.num_minibatches, -1, *x.shape[1:])
+                return x[order].reshape(cfg.num_minibatches, -1, *x.shape[1:])
 
             needed = (traj.obs, traj.action, traj.extras, advantages, targets)
             minibatches = jax.tree.map(shuffle, needed)

@@ -44,7 +44,7 @@ def check_env_id(env_id: str) -> None:
         raise ValueError(f"unknown env id {env_id!r}; known ids: {', '.join(known)}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _gymnax(env_id: str, env_kwargs: tuple = ()) -> tuple[Any, Any, EnvSpec]:
     import gymnax
 

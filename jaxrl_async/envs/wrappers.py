@@ -1,4 +1,4 @@
-"""Wrappers over batched environments: flatten, clip actions, episode statistics, obs normalisation."""
+"""Wrappers over batched envs: flatten, clip actions, episode statistics, obs normalisation."""
 
 from __future__ import annotations
 

@@ -35,6 +35,16 @@ class TrainResult(NamedTuple):
         return self.state.learner.params
 
 
+class Callbacks:
+    """What a host-level runner reports, at its edge (sinks and progress subclass this)."""
+
+    def on_start(self, first_update: int) -> None:
+        """Compilation is done; training starts at update ``first_update``."""
+
+    def on_metrics(self, first_update: int, rows: dict[str, np.ndarray]) -> None:
+        """Metrics of updates ``first_update + 1 ...``, one row per update."""
+
+
 def build(cfg: Any) -> tuple[VecEnv, Algorithm]:
     """The env and algorithm a config describes (hyperparameters may be traced)."""
     env = make_env(cfg.env, flatten_obs=cfg.flatten_obs, normalize_obs=cfg.normalize_obs)
@@ -70,6 +80,13 @@ def update_metrics(
         **learn_metrics,
     }
     return metrics, jnp.stack([episodes["episode_return"], episodes["episode_length"]])
+
+
+def compiler_options(cfg: Any) -> dict[str, Any]:
+    """XLA options for the host-level runners' compiles (``cfg.fast_compile`` on a CPU)."""
+    if cfg.fast_compile and jax.default_backend() == "cpu":
+        return {"xla_cpu_use_fusion_emitters": False}
+    return {}
 
 
 def check_devices(field: str, wanted: int, cfg: Any) -> None:

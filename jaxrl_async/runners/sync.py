@@ -23,10 +23,12 @@ from jax.sharding import PartitionSpec as P
 
 from jaxrl_async.rollout import rollout
 from jaxrl_async.runners.common import (
+    Callbacks,
     RunState,
     TrainResult,
     build,
     check_devices,
+    compiler_options,
     init_state,
     to_numpy,
     update_keys,
@@ -103,12 +105,12 @@ def make_train(cfg: Any) -> Callable[[jax.Array], TrainResult]:
 def run(
     cfg: Any,
     key: jax.Array,
-    on_metrics: Callable[[int, dict], None] | None = None,
+    callbacks: Callbacks | None = None,
     state: RunState | None = None,
 ) -> TrainResult:
     """Host-level loop: the same updates in chunks of ``cfg.log_every``, metrics fetched while
-    the next chunk runs (no host round trip per update). ``on_metrics(first_update, rows)``
-    receives each chunk's metrics as NumPy arrays."""
+    the next chunk runs (no host round trip per update)."""
+    callbacks = callbacks or Callbacks()
     check_devices("num_devices", cfg.runner.num_devices, cfg)
     prog = program(cfg)
     chunk = min(cfg.log_every, cfg.num_updates)
@@ -131,23 +133,24 @@ def run(
         donate_argnums=0,
     )
     if state is None:
-        state = init_fn(key)
-    compiled = chunk_fn.lower(state, jnp.int32(chunk)).compile()
+        state = init_fn.lower(key).compile(compiler_options(cfg))(key)
+    compiled = chunk_fn.lower(state, jnp.int32(chunk)).compile(compiler_options(cfg))
     jax.block_until_ready(state)
     compile_s = time.perf_counter() - start
 
+    first = int(state.update)
+    callbacks.on_start(first)
     start = time.perf_counter()
     rows: list[dict] = []
     pending: tuple[int, int, Any] | None = None
-    first = int(state.update)
     for begin in range(first, cfg.num_updates, chunk):
         n = min(chunk, cfg.num_updates - begin)
         state, buffers = compiled(state, jnp.int32(n))  # dispatched; runs while we log
         if pending is not None:
-            rows.append(_deliver(pending, on_metrics))
+            rows.append(_deliver(pending, callbacks))
         pending = (begin, n, buffers)
     if pending is not None:
-        rows.append(_deliver(pending, on_metrics))
+        rows.append(_deliver(pending, callbacks))
     jax.block_until_ready(state)
     train_s = time.perf_counter() - start
 
@@ -157,9 +160,8 @@ def run(
     return TrainResult(state, metrics, timing)
 
 
-def _deliver(pending: tuple[int, int, Any], on_metrics: Callable | None) -> dict:
+def _deliver(pending: tuple[int, int, Any], callbacks: Callbacks) -> dict:
     begin, n, buffers = pending
     rows = {k: v[:n] for k, v in to_numpy(buffers).items()}
-    if on_metrics is not None:
-        on_metrics(begin, rows)
+    callbacks.on_metrics(begin, rows)
     return rows

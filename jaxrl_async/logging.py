@@ -114,3 +114,7 @@ class Fanout(Callbacks):
     def on_metrics(self, first_update: int, rows: dict[str, np.ndarray]) -> None:
         for sink in self.sinks:
             sink.on_metrics(first_update, rows)
+
+    def on_state(self, state, final: bool) -> None:
+        for sink in self.sinks:
+            sink.on_state(state, final)

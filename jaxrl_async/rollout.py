@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from jaxrl_async.algos.base import Trajectory
+from jaxrl_async.algos.base import Algorithm, Trajectory
 from jaxrl_async.envs import VecEnv
 
 
 class EnvCarry(NamedTuple):
-    """What a rollout continues from: env states and current observations (leading axis B)."""
+    """What a rollout continues from. Every leaf has the leading env axis B."""
 
     env_state: Any
     obs: jax.Array  # [B, *obs_shape]
+    first: jax.Array  # [B] bool: obs is the first observation of an episode
+    memory: Any = ()  # [B, ...] recurrent policy state; () for feedforward policies
 
 
 class EpisodeSums(NamedTuple):
@@ -32,15 +33,18 @@ def env_keys(key: jax.Array, env_id: jax.Array) -> jax.Array:
     return jax.vmap(jax.random.fold_in, (None, 0))(key, env_id)
 
 
-def reset(env: VecEnv, key: jax.Array, env_id: jax.Array) -> EnvCarry:
-    """Reset the envs ``env_id [B]``."""
+def reset(env: VecEnv, algo: Algorithm, key: jax.Array, env_id: jax.Array) -> EnvCarry:
+    """Reset the envs ``env_id [B]`` (and the policy's memory, for a recurrent algorithm)."""
     obs, env_state = env.reset(env_keys(key, env_id))
-    return EnvCarry(env_state, obs)
+    memory = ()
+    if algo.init_memory is not None:
+        memory = jax.vmap(lambda _: algo.init_memory())(env_id)
+    return EnvCarry(env_state, obs, jnp.ones(env_id.shape, bool), memory)
 
 
 def rollout(
     env: VecEnv,
-    act: Callable,
+    algo: Algorithm,
     params: Any,
     carry: EnvCarry,
     key: jax.Array,
@@ -48,8 +52,15 @@ def rollout(
     env_id: jax.Array,  # [B] global env ids
     policy_version: jax.Array | int = 0,
 ) -> tuple[EnvCarry, Trajectory, EpisodeSums]:
-    """Collect ``num_steps`` steps of every env with ``act(params, obs, key)`` vmapped over envs."""
-    act_batch = jax.vmap(act, in_axes=(None, 0, 0))
+    """Collect ``num_steps`` steps of every env with ``algo.act`` vmapped over envs.
+
+    A recurrent algorithm (``algo.init_memory`` set) is called as
+    ``act(params, obs, key, memory, first) -> (action, extras, memory)``; the memory it was
+    given and the ``first`` flags go into ``extras["memory"]`` and ``extras["first"]``, so the
+    learner can re-run the sequence from ``extras["memory"][0]``.
+    """
+    recurrent = algo.init_memory is not None
+    act_batch = jax.vmap(algo.act, in_axes=(None, 0, 0, 0, 0) if recurrent else (None, 0, 0))
     # All keys of the rollout in one vectorised call: [T, B, 2] (act key, env key).
     step_keys = jax.vmap(lambda t: env_keys(jax.random.fold_in(key, t), env_id))(
         jnp.arange(num_steps)
@@ -57,8 +68,12 @@ def rollout(
     step_keys = jax.vmap(jax.vmap(jax.random.split))(step_keys)
 
     def step(carry: tuple[EnvCarry, EpisodeSums], keys: jax.Array):
-        (env_state, obs), sums = carry
-        action, extras = act_batch(params, obs, keys[:, 0])
+        (env_state, obs, first, memory), sums = carry
+        if recurrent:
+            action, extras, next_memory = act_batch(params, obs, keys[:, 0], memory, first)
+            extras = {**extras, "memory": memory, "first": first}
+        else:
+            (action, extras), next_memory = act_batch(params, obs, keys[:, 0]), memory
         next_obs, env_state, reward, terminated, truncated, info = env.step(
             keys[:, 1], env_state, action
         )
@@ -69,7 +84,8 @@ def rollout(
             sums.length_sum + jnp.sum(jnp.where(done, info["episode_length"], 0)),
             sums.count + jnp.sum(done),
         )
-        return (EnvCarry(env_state, next_obs), sums), transition
+        next_carry = EnvCarry(env_state, next_obs, terminated | truncated, next_memory)
+        return (next_carry, sums), transition
 
     zero = jnp.zeros((), jnp.float32)
     (carry, sums), steps = jax.lax.scan(step, (carry, EpisodeSums(zero, zero, zero)), step_keys)

@@ -32,12 +32,16 @@ class Algorithm(NamedTuple):
     - ``learn(state, traj, key, axis_name=None) -> (state, metrics)``: one update from a
       ``[T, B]`` trajectory; with ``axis_name`` it all-reduces gradients and metrics over it.
     - ``policy_params(state) -> params``: what the actors need from the learner state.
+    - ``init_memory() -> memory``: for recurrent policies, one env's initial memory; then
+      ``act(params, obs, key, memory, first) -> (action, extras, memory)`` must reset the memory
+      where ``first`` (the first step of an episode). ``None`` for feedforward policies.
     """
 
     init: Callable[[jax.Array], Any]
     act: Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]
     learn: Callable[..., tuple[Any, dict[str, jax.Array]]]
     policy_params: Callable[[Any], Any] = lambda state: state.params
+    init_memory: Callable[[], Any] | None = None
 
 
 class LearnerState(NamedTuple):

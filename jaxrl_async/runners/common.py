@@ -44,6 +44,10 @@ class Callbacks:
     def on_metrics(self, first_update: int, rows: dict[str, np.ndarray]) -> None:
         """Metrics of updates ``first_update + 1 ...``, one row per update."""
 
+    def on_state(self, state: RunState, final: bool) -> None:
+        """The run state after a chunk of updates (``final`` after the last one). Runners may
+        donate ``state``'s buffers to the next chunk: copy what you keep before returning."""
+
 
 def build(cfg: Any) -> tuple[VecEnv, Algorithm]:
     """The env and algorithm a config describes (hyperparameters may be traced)."""
@@ -62,7 +66,7 @@ def init_state(env: VecEnv, algo: Algorithm, key: jax.Array, env_id: jax.Array) 
     init_key, reset_key, run_key = jax.random.split(key, 3)
     return RunState(
         learner=algo.init(init_key),
-        env=reset(env, reset_key, env_id),
+        env=reset(env, algo, reset_key, env_id),
         key=run_key,
         update=jnp.zeros((), jnp.int32),
         last_episode=jnp.full((2,), jnp.nan, jnp.float32),

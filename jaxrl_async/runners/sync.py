@@ -65,7 +65,7 @@ def program(cfg: Any) -> Program:
         rollout_key, learn_key = update_keys(state.key, state.update)
         params = algo.policy_params(state.learner)
         env_carry, traj, sums = rollout(
-            env, algo.act, params, state.env, rollout_key, cfg.num_steps, env_id(), state.update
+            env, algo, params, state.env, rollout_key, cfg.num_steps, env_id(), state.update
         )
         learner, learn_metrics = algo.learn(state.learner, traj, learn_key, axis)
         if axis:
@@ -149,6 +149,7 @@ def run(
         if pending is not None:
             rows.append(_deliver(pending, callbacks))
         pending = (begin, n, buffers)
+        callbacks.on_state(state, final=begin + n == cfg.num_updates)
     if pending is not None:
         rows.append(_deliver(pending, callbacks))
     jax.block_until_ready(state)

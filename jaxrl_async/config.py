@@ -165,7 +165,8 @@ class SyncConfig:
     """The fused on-device runner: rollout and update in one ``lax.scan``."""
 
     num_devices: int = static(1, positive_int)
-    """Local devices to run data-parallel over (``num_envs`` is split across them)."""
+    """Devices to run data-parallel over, num_envs split across them (in a distributed run,
+    the devices of all processes)."""
 
     name = "sync"
 

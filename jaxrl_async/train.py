@@ -48,8 +48,11 @@ def train(
 ) -> TrainResult:
     """Train ``cfg`` with its runner from ``seed``; returns what ``make_train`` returns, plus
     ``timing``. With ``run_dir``, writes ``config.json``, ``metrics.jsonl``,
-    ``learning_curve.png`` and ``summary.json`` there."""
+    ``learning_curve.png`` and ``summary.json`` there (the main process only, in a
+    distributed run)."""
     writers: list[Any] = []
+    if jax.process_index() != 0:  # in a distributed run only the main process writes
+        run_dir, progress = None, False
     if run_dir is not None:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)

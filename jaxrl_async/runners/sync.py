@@ -77,10 +77,11 @@ def program(cfg: Any) -> Program:
 
 
 def spmd(fn: Callable, num_devices: int, in_specs: Any, out_specs: Any) -> Callable:
-    """``fn`` itself on one device, else ``shard_map``-ed over the first ``num_devices``."""
+    """``fn`` itself on one device, else ``shard_map``-ed over the first ``num_devices`` devices
+    (of all processes, in a distributed run)."""
     if num_devices == 1:
         return fn
-    mesh = Mesh(np.array(jax.local_devices()[:num_devices]), (AXIS,))
+    mesh = Mesh(np.array(jax.devices()[:num_devices]), (AXIS,))
     return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
 
 
@@ -98,7 +99,7 @@ def train_with_config(cfg: Any, key: jax.Array) -> TrainResult:
 
 def make_train(cfg: Any) -> Callable[[jax.Array], TrainResult]:
     """A pure function ``key -> TrainResult`` running all of training on device."""
-    check_devices("num_devices", cfg.runner.num_devices, cfg)
+    check_devices("num_devices", cfg.runner.num_devices, cfg, local=False)
     return lambda key: train_with_config(cfg, key)
 
 
@@ -111,7 +112,7 @@ def run(
     """Host-level loop: the same updates in chunks of ``cfg.log_every``, metrics fetched while
     the next chunk runs (no host round trip per update)."""
     callbacks = callbacks or Callbacks()
-    check_devices("num_devices", cfg.runner.num_devices, cfg)
+    check_devices("num_devices", cfg.runner.num_devices, cfg, local=False)
     prog = program(cfg)
     chunk = min(cfg.log_every, cfg.num_updates)
 

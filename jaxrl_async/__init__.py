@@ -1,5 +1,6 @@
 """jaxrl_async: fast, vectorized, asynchronous reinforcement learning in JAX."""
 
+from jaxrl_async import distributed
 from jaxrl_async.algos.ppo import PPOConfig
 from jaxrl_async.config import SyncConfig
 from jaxrl_async.envs import EnvSpec, env_spec, make_env
@@ -7,6 +8,7 @@ from jaxrl_async.runners.common import RunState, TrainResult
 from jaxrl_async.train import make_train, train
 
 __all__ = [
+    "distributed",
     "PPOConfig",
     "SyncConfig",
     "EnvSpec",

@@ -197,6 +197,9 @@ class TrainConfig:
     """Runner: SyncConfig(...) or AsyncConfig(...)."""
     log_every: int = static(10, positive_int)
     """Updates between metric fetches to the host (progress bar, sinks)."""
+    grad_accum_steps: int = static(1, positive_int)
+    """Split each learner batch into this many micro-batches and accumulate their gradients
+    (same result, less activation memory)."""
     fast_compile: bool = static(False, boolean)
     """Compile with XLA:CPU's legacy emitters: ~40% less compile time, ~15% slower steps (for
     short runs and sweeps on a CPU; ignored on other platforms)."""

@@ -34,6 +34,7 @@ so a single thread serialises actor and learner; threads overlap them.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -41,15 +42,16 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxrl_async.algos import Algorithm, Trajectory
-from jaxrl_async.rollout import EnvCarry, EpisodeSums
+from jaxrl_async.algos import Algorithm
+from jaxrl_async.rollout import EnvCarry
 from jaxrl_async.runners.common import (
     AXIS,
     Callbacks,
@@ -109,15 +111,69 @@ class Stream(NamedTuple):
     env_id: jax.Array  # [num_envs / num_streams] global env ids, on ``device``
 
 
+class Packing(NamedTuple):
+    """A pytree of arrays as one flat ``uint32`` vector, so it crosses devices in one copy
+    instead of one per leaf (host overhead is what limits overlap on a CPU). Exact: 32-bit
+    leaves are bit-cast; narrower ones are widened to 32 bits first."""
+
+    treedef: Any
+    leaves: tuple[jax.ShapeDtypeStruct, ...]
+
+    @classmethod
+    def of(cls, tree: Any) -> Packing:
+        leaves, treedef = jax.tree.flatten(tree)
+        for x in leaves:
+            if np.dtype(x.dtype).itemsize > 4:
+                raise TypeError(f"Packing handles dtypes of at most 32 bits, got {x.dtype}")
+        return cls(treedef, tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves))
+
+    @property
+    def size(self) -> int:
+        return sum(int(np.prod(x.shape)) for x in self.leaves)
+
+    def pack(self, tree: Any) -> jax.Array:
+        return jnp.concatenate([lax.bitcast_convert_type(_wide(x), jnp.uint32).ravel()
+                                for x in jax.tree.leaves(tree)])
+
+    def unpack(self, flat: jax.Array) -> Any:
+        chex.assert_shape(flat, (self.size,))
+        leaves, offset = [], 0
+        for x in self.leaves:
+            n = int(np.prod(x.shape))
+            wide = lax.bitcast_convert_type(flat[offset:offset + n], _wide_dtype(x.dtype))
+            leaves.append(wide.reshape(x.shape).astype(x.dtype))
+            offset += n
+        return jax.tree.unflatten(self.treedef, leaves)
+
+
+def _wide_dtype(dtype: Any) -> Any:
+    if np.dtype(dtype).itemsize == 4:
+        return dtype
+    return jnp.float32 if jnp.issubdtype(dtype, jnp.floating) else jnp.int32
+
+
+def _wide(x: jax.Array) -> jax.Array:
+    return x.astype(_wide_dtype(x.dtype))
+
+
 class Programs(NamedTuple):
-    """The compiled programs. ``actor[d](params, carry, run_key, update, env_id, version) ->
-    (carry, trajectory pieces (one per learner device), episode sums)`` on actor device ``d``
-    (the carry is donated); ``learner(state, pieces per stream, sums per stream) -> (state,
-    metrics)`` over the learner devices."""
+    """The compiled programs, exchanging packed vectors (see ``Packing``):
+
+    - ``actor[d](params, carry, run_key, update, env_id, version) -> (carry, pieces)`` on actor
+      device ``d`` (the carry is donated); ``pieces``: one packed ``(trajectory slice, episode
+      sums)`` per learner device, the slice being that device's share of the stream's envs;
+    - ``learner(state, batches) -> (state, metrics, params)``: one update over the learner
+      devices from one batch (all its pieces) per stream; ``metrics`` a vector (``metric_names``),
+      ``params`` the new policy params, packed;
+    - ``pack_params(state) -> params``: the packed policy params of a learner state;
+    - ``init(key) -> RunState``: a fresh run (as ``common.init_state``, all envs).
+    """
 
     actor: list[Callable]
     learner: Callable
-    policy_params: Callable[[Any], Any]
+    pack_params: Callable
+    init: Callable
+    metric_names: tuple[str, ...]
 
 
 class Layout(NamedTuple):
@@ -126,8 +182,8 @@ class Layout(NamedTuple):
     actor_devices: list
     learner_devices: list
     streams: list[Stream]
-    env_sharding: NamedSharding  # trajectory leaves on the learner devices: split on axis 1
-    replicated: NamedSharding  # learner state and episode sums: a copy on every learner device
+    batch_sharding: Any  # a packed batch: one piece per learner device
+    replicated: Any  # learner state, metrics, params: a copy on every learner device
 
 
 def layout(cfg: Any, devices: Sequence[Any]) -> Layout:
@@ -138,76 +194,103 @@ def layout(cfg: Any, devices: Sequence[Any]) -> Layout:
         d = s // cfg.runner.actors_per_device
         ids = jnp.arange(s * per_stream, (s + 1) * per_stream, dtype=jnp.int32)
         streams.append(Stream(s, actor_devices[d], d, jax.device_put(ids, actor_devices[d])))
+    if len(learner_devices) == 1:
+        single = SingleDeviceSharding(learner_devices[0])
+        return Layout(actor_devices, learner_devices, streams, single, single)
     mesh = Mesh(np.array(learner_devices), (AXIS,))
-    return Layout(actor_devices, learner_devices, streams, NamedSharding(mesh, P(None, AXIS)),
+    return Layout(actor_devices, learner_devices, streams, NamedSharding(mesh, P(AXIS)),
                   NamedSharding(mesh, P()))
 
 
-def to_learner(pieces: Sequence[Any], where: Layout) -> Any:
-    """Trajectory pieces (one per learner device, anywhere) -> one array per leaf sharded
-    along the env axis over the learner devices. Only device-to-device copies."""
-    placed = [jax.device_put(p, d) for p, d in zip(pieces, where.learner_devices)]
-
-    def assemble(*shards: jax.Array) -> jax.Array:
-        shape = (shards[0].shape[0], shards[0].shape[1] * len(shards), *shards[0].shape[2:])
-        return jax.make_array_from_single_device_arrays(shape, where.env_sharding, list(shards))
-
-    return jax.tree.map(assemble, *placed)
-
-
-def replicate(tree: Any, where: Layout) -> Any:
-    """A copy of ``tree`` on every learner device, as replicated arrays."""
-    copies = [jax.device_put(tree, d) for d in where.learner_devices]
-    return jax.tree.map(
-        lambda *xs: jax.make_array_from_single_device_arrays(xs[0].shape, where.replicated,
-                                                             list(xs)), *copies)
+def to_learner(pieces: Sequence[jax.Array], where: Layout) -> jax.Array:
+    """A stream's packed pieces (one per learner device, on its actor device) -> one batch
+    array over the learner devices. Device-to-device copies only: no op that would queue
+    behind the next rollout on the actor device."""
+    placed = jax.device_put(list(pieces), list(where.learner_devices))
+    if len(placed) == 1:
+        return placed[0]
+    size = placed[0].shape[0]
+    return jax.make_array_from_single_device_arrays((size * len(placed),), where.batch_sharding,
+                                                    placed)
 
 
-def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout, state: RunState,
-                     carries: list[EnvCarry]) -> Programs:
-    """Compile the rollout for every actor device and the update for the learner devices."""
+def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Programs:
+    """Compile the init, the rollout for every actor device and the update for the learner
+    devices, from shapes alone."""
     num_learners = len(where.learner_devices)
     axis = AXIS if num_learners > 1 else None
-    options = compiler_options(cfg)
+    per_stream = cfg.num_envs // cfg.runner.num_streams
+    all_ids = jnp.arange(cfg.num_envs, dtype=jnp.int32)
 
-    def actor(params, carry, run_key, update, env_id, version):
-        carry, traj, sums = collect(env, algo, params, carry, run_key, update, cfg.num_steps,
-                                    env_id, version)
+    def init(key: jax.Array) -> RunState:
+        return init_state(env, algo, key, all_ids)
+
+    run_state = jax.eval_shape(init, jax.random.key(0))
+    learner_state = _on(run_state._replace(env=()), where.replicated)
+    params_packing = Packing.of(algo.policy_params(run_state.learner))
+
+    def rollout(params, carry, run_key, update, env_id, version):
+        carry, traj, sums = collect(env, algo, params_packing.unpack(params), carry, run_key,
+                                    update, cfg.num_steps, env_id, version)
         width = traj.reward.shape[1] // num_learners
-        pieces = tuple(jax.tree.map(lambda x, i=i: x[:, i * width : (i + 1) * width], traj)
-                       for i in range(num_learners))
-        return carry, pieces, sums
+        pieces = [(jax.tree.map(lambda x, i=i: x[:, i * width:(i + 1) * width], traj), sums)
+                  for i in range(num_learners)]
+        return carry, pieces
 
-    def learner(state: RunState, trajs: tuple[Trajectory, ...], sums: tuple[EpisodeSums, ...]):
-        traj = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *trajs)
-        total = jax.tree.map(lambda *xs: sum(xs), *sums)
+    def actor_args(device: Any) -> tuple:
+        carry = jax.tree.map(lambda x: jax.ShapeDtypeStruct((per_stream, *x.shape[1:]), x.dtype),
+                             run_state.env)
+        scalar = jax.ShapeDtypeStruct((), jnp.int32)
+        args = (jax.ShapeDtypeStruct((params_packing.size,), jnp.uint32), carry, run_state.key,
+                scalar, jax.ShapeDtypeStruct((per_stream,), jnp.int32), scalar)
+        return _on(args, SingleDeviceSharding(device))
+
+    piece_packing = Packing.of(jax.eval_shape(rollout, *actor_args(where.actor_devices[0]))[1][0])
+
+    def actor(*args):
+        carry, pieces = rollout(*args)
+        return carry, tuple(piece_packing.pack(piece) for piece in pieces)
+
+    def update(state: RunState, batches: tuple[jax.Array, ...]):
+        pieces = [piece_packing.unpack(batch) for batch in batches]  # this device's share
+        traj = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *[t for t, _ in pieces])
+        sums = jax.tree.map(lambda *xs: sum(xs), *[s for _, s in pieces])
         staleness = (state.update - traj.policy_version).astype(jnp.float32)
-        state, metrics = learn_update(algo, state, traj, total, cfg.steps_per_update, axis)
+        state, metrics = learn_update(algo, state, traj, sums, cfg.steps_per_update, axis)
         mean, most = staleness.mean(), staleness.max()
         if axis:
             mean, most = lax.pmean(mean, axis), lax.pmax(most, axis)
-        return state, {**metrics, "staleness": mean, "staleness_max": most}
+        metrics = {**metrics, "staleness": mean, "staleness_max": most}
+        return state, metrics, params_packing.pack(algo.policy_params(state.learner))
 
-    params = algo.policy_params(state.learner)
-    actor_fns = []
-    for d, device in enumerate(where.actor_devices):
-        stream = next(s for s in where.streams if s.device_index == d)
-        args = (jax.device_put(params, device), carries[stream.index],
-                jax.device_put(state.key, device), np.int32(0), stream.env_id, np.int32(0))
-        actor_fns.append(jax.jit(actor, donate_argnums=1).lower(*args).compile(options))
+    batch = jax.ShapeDtypeStruct((piece_packing.size * num_learners,), jnp.uint32,
+                                 sharding=where.batch_sharding)
+    batches = (batch,) * len(where.streams)
+    on_learners = functools.partial(spmd, devices=where.learner_devices,
+                                    in_specs=(P(), P(AXIS)), out_specs=P())
+    names = tuple(sorted(jax.eval_shape(on_learners(update), learner_state, batches)[1]))
 
-    out = jax.eval_shape(actor, *args)
-    trajs = [jax.ShapeDtypeStruct(
-        (x.shape[0], x.shape[1] * num_learners, *x.shape[2:]), x.dtype,
-        sharding=where.env_sharding) for x in jax.tree.leaves(out[1][0])]
-    trajs = jax.tree.unflatten(jax.tree.structure(out[1][0]), trajs)
-    sums = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
-                                                       sharding=where.replicated), out[2])
-    num_streams = len(where.streams)
-    learner_fn = jax.jit(spmd(learner, where.learner_devices, (P(), P(None, AXIS), P()),
-                              (P(), P())))
-    learner_fn = learner_fn.lower(state, (trajs,) * num_streams, (sums,) * num_streams)
-    return Programs(actor_fns, learner_fn.compile(options), algo.policy_params)
+    def learner(state: RunState, batches: tuple[jax.Array, ...]):
+        state, metrics, params = update(state, batches)
+        return state, jnp.stack([metrics[k].astype(jnp.float32) for k in names]), params
+
+    def pack_params(state: RunState) -> jax.Array:
+        return params_packing.pack(algo.policy_params(state.learner))
+
+    options = compiler_options(cfg)
+    lowered = [jax.jit(actor, donate_argnums=1).lower(*actor_args(d)) for d in where.actor_devices]
+    lowered.append(jax.jit(on_learners(learner)).lower(learner_state, batches))
+    lowered.append(jax.jit(pack_params).lower(learner_state))
+    lowered.append(jax.jit(init).lower(jax.random.key(0)))
+    # One after the other: compiling them in parallel threads was measured 2x slower on 2 cores.
+    compiled = [program.compile(options) for program in lowered]
+    *actor_fns, learner_fn, pack_fn, init_fn = compiled
+    return Programs(actor_fns, learner_fn, pack_fn, init_fn, names)
+
+
+def _on(tree: Any, sharding: Any) -> Any:
+    """Shapes of ``tree`` placed with ``sharding``."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
 
 
 # --------------------------------------------------------------------------- the pipeline
@@ -218,8 +301,7 @@ class Stopped(Exception):
 class Batch(NamedTuple):
     """One stream's rollout, already on the learner devices."""
 
-    traj: Trajectory  # [T, num_envs / num_streams], split along axis 1 over the learner devices
-    sums: EpisodeSums  # replicated on the learner devices
+    data: jax.Array  # packed (trajectory, episode sums), one piece per learner device
     version: int  # the params version that acted
     stream: int
 
@@ -336,22 +418,21 @@ def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run
                 at_least = first + ticket // num_streams - runner.max_staleness
             version, params = pipeline.newest_params(stream.device_index, at_least)
         start = time.perf_counter()
-        carry, pieces, sums = program(params, carry, run_key, np.int32(update), stream.env_id,
-                                      np.int32(version))
-        jax.block_until_ready((carry, pieces, sums))
+        carry, pieces = program(params, carry, run_key, np.int32(update), stream.env_id,
+                                np.int32(version))
+        jax.block_until_ready((carry, pieces))
         stats.busy_s += time.perf_counter() - start
         stats.rollouts += 1
         carries[stream.index] = carry
         # Copied to the learner devices here, right away, so the copy overlaps the update.
-        pipeline.deliver(ticket, Batch(to_learner(pieces, where), replicate(sums, where),
-                                       version, stream.index))
+        pipeline.deliver(ticket, Batch(to_learner(pieces, where), version, stream.index))
 
 
 class Chunk(NamedTuple):
     """Metrics of updates ``first + 1 ... first + n`` as they leave the learner thread."""
 
     first: int
-    device_rows: list[dict]  # per update: device scalars
+    device_rows: list[jax.Array]  # per update: the learner's metric vector
     host_rows: dict[str, list]  # per update: host-measured values
 
 
@@ -374,14 +455,13 @@ def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, wher
                 continue
             batches.append(batch)
         start = time.perf_counter()
-        state, metrics = programs.learner(state, tuple(b.traj for b in batches),
-                                          tuple(b.sums for b in batches))
+        state, metrics, params = programs.learner(state, tuple(b.data for b in batches))
         del batches
-        jax.block_until_ready(state)
+        jax.block_until_ready((state, params))
         busy_s += time.perf_counter() - start
         stats.busy_s += time.perf_counter() - start
         if update + 1 < cfg.num_updates and publishes(runner, first, update + 1):
-            publish(programs, state, where, pipeline, update + 1)
+            publish(params, where, pipeline, update + 1)
         chunk.device_rows.append(metrics)
         chunk.host_rows["dropped_batches"].append(dropped)
         chunk.host_rows["queue_depth"].append(depth)
@@ -398,13 +478,40 @@ def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, wher
     events.put(("done", state))
 
 
-def publish(programs: Programs, state: RunState, where: Layout, pipeline: Pipeline,
-            version: int) -> None:
-    """Copy the policy params of ``state`` to every actor device, ready, and publish them."""
-    params = programs.policy_params(state.learner)
-    copies = [jax.device_put(params, device) for device in where.actor_devices]
+def publish(params: jax.Array, where: Layout, pipeline: Pipeline, version: int) -> None:
+    """Copy the (packed) policy params to every actor device, ready, and publish them."""
+    copies = jax.device_put([params] * len(where.actor_devices), list(where.actor_devices))
     jax.block_until_ready(copies)  # an actor must never wait on params inside XLA
     pipeline.publish(version, copies)
+
+
+class Setup(NamedTuple):
+    """A run ready to start: programs compiled, state placed on its devices."""
+
+    where: Layout
+    programs: Programs
+    first: int  # updates already done
+    learner_state: RunState  # env=(); replicated on the learner devices
+    carries: list[EnvCarry]  # per stream, on its actor device
+    run_keys: list[jax.Array]  # the run key, per actor device
+
+
+def prepare(cfg: Any, key: jax.Array, state: RunState | None = None,
+            devices: Sequence[Any] | None = None) -> Setup:
+    """Split the devices, initialise (or take) the run state, place it and compile."""
+    where = layout(cfg, jax.local_devices() if devices is None else devices)
+    programs = compile_programs(cfg, *build(cfg), where)
+    if state is None:
+        state = programs.init(key)
+    per_stream = cfg.num_envs // cfg.runner.num_streams
+    carries = [
+        jax.device_put(jax.tree.map(lambda x, i=s.index: x[i * per_stream:(i + 1) * per_stream],
+                                    state.env), s.device)
+        for s in where.streams
+    ]
+    learner_state = jax.device_put(state._replace(env=()), where.replicated)
+    run_keys = [jax.device_put(state.key, d) for d in where.actor_devices]
+    return Setup(where, programs, int(state.update), learner_state, carries, run_keys)
 
 
 # --------------------------------------------------------------------------- the entry point
@@ -422,47 +529,35 @@ def run(
     ``dropped_batches`` (so far) and ``queue_depth`` (batches waiting when the learner took its
     last). ``callbacks.on_state`` is called once, with the final state."""
     callbacks = callbacks or Callbacks()
-    where = layout(cfg, jax.local_devices() if devices is None else devices)
     start = time.perf_counter()
-    env, algo = build(cfg)
-    if state is None:
-        all_ids = jnp.arange(cfg.num_envs, dtype=jnp.int32)
-        state = jax.jit(lambda k: init_state(env, algo, k, all_ids))(key)
-    first = int(state.update)
-    per_stream = cfg.num_envs // cfg.runner.num_streams
-    carries: list[Any] = [
-        jax.device_put(jax.tree.map(lambda x, i=s.index: x[i * per_stream:(i + 1) * per_stream],
-                                    state.env), s.device)
-        for s in where.streams
-    ]
-    learner_state = jax.device_put(state._replace(env=()), where.replicated)
-    programs = compile_programs(cfg, env, algo, where, learner_state, carries)
+    setup = prepare(cfg, key, state, devices)
     compile_s = time.perf_counter() - start
+    where, programs, first, carries = setup.where, setup.programs, setup.first, setup.carries
+    per_stream = cfg.num_envs // cfg.runner.num_streams
 
     pipeline = Pipeline(len(where.actor_devices), cfg.runner.queue_size)
     events: queue.Queue = queue.Queue()
     actor_stats = [RoleStats() for _ in where.streams]
     learner_stats = RoleStats()
-    run_keys = [jax.device_put(state.key, d) for d in where.actor_devices]
     threads = [
         _thread(f"actor-{s.index}", events, pipeline, actor_loop, cfg, s,
-                programs.actor[s.device_index], carries[s.index], run_keys[s.device_index],
+                programs.actor[s.device_index], carries[s.index], setup.run_keys[s.device_index],
                 first, where, pipeline, actor_stats[s.index], carries)
         for s in where.streams
     ]
     threads.append(_thread("learner", events, pipeline, learner_loop, cfg, programs,
-                           learner_state, first, where, pipeline, actor_stats, learner_stats,
-                           events))
-    publish(programs, learner_state, where, pipeline, first)
-    del state, learner_state  # the learner thread owns them now
+                           setup.learner_state, first, where, pipeline, actor_stats,
+                           learner_stats, events))
+    publish(programs.pack_params(setup.learner_state), where, pipeline, first)
+    del setup  # the threads own its buffers now
 
     rows: list[dict] = []
-    callbacks.on_start(first)
-    start = time.perf_counter()
     try:
+        callbacks.on_start(first)
+        start = time.perf_counter()
         for thread in threads:
             thread.start()
-        final = _supervise(threads, events, callbacks, rows)
+        final = _supervise(threads, events, callbacks, programs.metric_names, rows)
         train_s = time.perf_counter() - start
         collected = sum(s.rollouts for s in actor_stats) * per_stream * cfg.num_steps
     except BaseException as error:
@@ -507,7 +602,7 @@ def _thread(role: str, events: queue.Queue, pipeline: Pipeline, target: Callable
 
 
 def _supervise(threads: list[threading.Thread], events: queue.Queue, callbacks: Callbacks,
-               rows: list[dict]) -> RunState:
+               names: tuple[str, ...], rows: list[dict]) -> RunState:
     """The calling thread's part: deliver metrics to the callbacks until the learner is done;
     re-raise the first exception of any thread. Waits with a timeout, so Ctrl-C gets through."""
     learner = threads[-1]
@@ -522,12 +617,12 @@ def _supervise(threads: list[threading.Thread], events: queue.Queue, callbacks: 
             raise payload
         if kind == "done":
             return payload
-        rows.append(_deliver(payload, callbacks))
+        rows.append(_deliver(payload, names, callbacks))
 
 
-def _deliver(chunk: Chunk, callbacks: Callbacks) -> dict[str, np.ndarray]:
-    device_rows = jax.device_get(chunk.device_rows)
-    rows = {k: np.stack([np.asarray(r[k]) for r in device_rows]) for k in device_rows[0]}
+def _deliver(chunk: Chunk, names: tuple[str, ...], callbacks: Callbacks) -> dict[str, np.ndarray]:
+    values = np.stack(jax.device_get(chunk.device_rows))  # [updates, metrics]
+    rows = dict(zip(names, values.T))
     rows.update({k: np.asarray(v) for k, v in chunk.host_rows.items()})
     callbacks.on_metrics(chunk.first, rows)
     return rows

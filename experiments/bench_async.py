@@ -1,0 +1,139 @@
+"""Speed of the async runner on 2 devices (1 actor, 1 learner) against the blocking loop and
+against the sync runner data-parallel over the same 2 devices.
+
+    python experiments/bench_async.py [--num-envs 64 --num-steps 64 --updates 60 --rounds 3]
+
+Figures (the words of DESIGN.md "Measuring it"), seconds per iteration, warm:
+
+- ``R``, ``U``: the rollout alone, the update alone, each blocked until ready;
+- ``T_sync``: the blocking loop on the same devices (rollout, wait, update, wait, params copy);
+- ``T_async``: ``jra.train`` with ``AsyncConfig(actor_devices=1, learner_devices=1, lag=1)``
+  (``train_s / updates``: threads, pipeline and metrics included);
+- ``T_async_one_thread``: the same lag-1 schedule dispatched by one thread, no pipeline
+  threads (the other arrangement DESIGN.md asks to measure);
+- ``T_anakin2``: the sync runner with ``SyncConfig(num_devices=2)``, same config;
+- ``speedup = T_sync / T_async``, ``ideal = (R+U) / max(R,U)``,
+  ``overlap_efficiency = (R+U-T_async) / (R+U-max(R,U))``, ``learner_busy = U / T_async``,
+  ``speedup_vs_anakin2 = T_anakin2 / T_async``.
+
+Every figure is the median over ``--rounds`` rounds, each round measuring all of them one
+after the other (the machine is shared and noisy: only ratios inside one run mean anything).
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=2").strip()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+import jaxrl_async as jra  # noqa: E402
+from jaxrl_async.runners import async_, sync  # noqa: E402
+
+
+def per_iteration(fn, n: int) -> float:
+    start = time.perf_counter()
+    fn(n)
+    return (time.perf_counter() - start) / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-envs", type=int, default=64)
+    parser.add_argument("--num-steps", type=int, default=64)
+    parser.add_argument("--update-epochs", type=int, default=2)
+    parser.add_argument("--num-minibatches", type=int, default=4)
+    parser.add_argument("--updates", type=int, default=60, help="iterations per measurement")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    base = dict(env="CartPole-v1", num_envs=args.num_envs, num_steps=args.num_steps,
+                update_epochs=args.update_epochs, num_minibatches=args.num_minibatches,
+                total_timesteps=args.num_envs * args.num_steps * args.updates,
+                log_every=10)
+    cfg = jra.PPOConfig(**base, runner=jra.AsyncConfig(actor_devices=1, learner_devices=1))
+    anakin = jra.PPOConfig(**base, runner=jra.SyncConfig(num_devices=2))
+    setup = async_.prepare(cfg, jax.random.key(0))
+    actor, learner = setup.programs.actor[0], setup.programs.learner
+    where, stream = setup.where, setup.where.streams[0]
+    state, carry, run_key = setup.learner_state, setup.carries[0], setup.run_keys[0]
+    params = jax.device_put(setup.programs.pack_params(state), where.actor_devices[0])
+
+    def rollout(k):
+        nonlocal carry
+        carry, pieces = actor(params, carry, run_key, np.int32(k), stream.env_id, np.int32(k))
+        return async_.to_learner(pieces, where)
+
+    batch = jax.block_until_ready(rollout(0))
+
+    def rollouts(n):
+        for k in range(n):
+            jax.block_until_ready(rollout(k))
+
+    def updates(n):
+        s = state
+        for _ in range(n):
+            s = jax.block_until_ready(learner(s, (batch,))[0])
+
+    def blocking_loop(n):
+        nonlocal params
+        s = state
+        for k in range(n):
+            batch = jax.block_until_ready(rollout(k))
+            s, _, new_params = jax.block_until_ready(learner(s, (batch,)))
+            params = jax.block_until_ready(jax.device_put(new_params, where.actor_devices[0]))
+
+    def one_thread(n):
+        nonlocal params
+        s, pending = state, rollout(0)
+        for k in range(n):
+            nxt = rollout(k + 1)  # dispatched with the params of update k - 1 (lag 1)
+            s, _, new_params = learner(s, (pending,))
+            params = jax.device_put(new_params, where.actor_devices[0])
+            jax.block_until_ready((nxt, params))
+            pending = nxt
+
+    def pipeline(n):
+        return jra.train(cfg, seed=0, progress=False).timing["train_s"] / cfg.num_updates
+
+    def anakin2(n):
+        return sync.run(anakin, jax.random.key(0)).timing["train_s"] / anakin.num_updates
+
+    anakin2(0)  # compile the sync program once (sync.run recompiles; its compile is excluded)
+    names = ["R", "U", "T_sync", "T_async_one_thread", "T_async", "T_anakin2"]
+    rounds: dict[str, list[float]] = {name: [] for name in names}
+    n = args.updates
+    for _ in range(args.rounds):
+        rounds["R"].append(per_iteration(rollouts, n))
+        rounds["U"].append(per_iteration(updates, n))
+        rounds["T_sync"].append(per_iteration(blocking_loop, n))
+        rounds["T_async_one_thread"].append(per_iteration(one_thread, n))
+        rounds["T_async"].append(pipeline(n))
+        rounds["T_anakin2"].append(anakin2(n))
+    fig = {name: float(np.median(v)) for name, v in rounds.items()}
+    R, U, t_async = fig["R"], fig["U"], fig["T_async"]
+    fig.update({
+        "speedup": fig["T_sync"] / t_async,
+        "ideal": (R + U) / max(R, U),
+        "overlap_efficiency": (R + U - t_async) / (R + U - max(R, U)),
+        "learner_busy": U / t_async,
+        "speedup_vs_anakin2": fig["T_anakin2"] / t_async,
+        "speedup_one_thread": fig["T_sync"] / fig["T_async_one_thread"],
+        "config": {k: v for k, v in base.items() if k != "total_timesteps"},
+        "updates": n, "rounds": args.rounds,
+        "spread": {name: [round(min(v), 5), round(max(v), 5)] for name, v in rounds.items()},
+        "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
+    })
+    print(json.dumps(fig))
+
+
+if __name__ == "__main__":
+    main()

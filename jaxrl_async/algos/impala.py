@@ -35,9 +35,9 @@ from jaxrl_async.networks import actor_critic_for, init_params
 class ImpalaConfig(TrainConfig):
     """IMPALA with V-trace; the defaults learn CartPole-v1 in about 5e5 steps."""
 
-    num_envs: int = static(16, positive_int)
+    num_envs: int = static(32, positive_int)
     """Parallel environments (summed over all devices)."""
-    num_steps: int = static(32, positive_int)
+    num_steps: int = static(16, positive_int)
     """Steps per env per rollout (the trajectory length T)."""
     lr: float = hyper(3e-3, positive)
     """Learning rate."""

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_async.algos.base import Algorithm, LearnerState, Trajectory, pmean
+from jaxrl_async.algos.base import Algorithm, LearnerState, Trajectory, pmean, standardize
 from jaxrl_async.algos.returns import vtrace
 from jaxrl_async.config import (
     TrainConfig,
@@ -101,10 +101,7 @@ def make_algorithm(cfg: ImpalaConfig, spec: EnvSpec) -> Algorithm:
             cfg.vtrace_lambda, cfg.clip_rho, cfg.clip_c, cfg.clip_pg_rho,
         ))
         if cfg.normalize_advantages:
-            mean = pmean(advantages.mean(), axis_name)
-            std = jnp.sqrt(jnp.maximum(pmean(jnp.square(advantages).mean(), axis_name)
-                                       - mean**2, 0.0))
-            advantages = (advantages - mean) / (std + 1e-8)
+            advantages = standardize(advantages, axis_name)
 
         policy_loss = -(advantages * log_prob).mean()
         value_loss = 0.5 * jnp.square(targets - value).mean()

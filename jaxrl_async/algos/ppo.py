@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_async.algos.base import Algorithm, LearnerState, Trajectory, pmean
+from jaxrl_async.algos.base import Algorithm, LearnerState, Trajectory, pmean, standardize
 from jaxrl_async.algos.returns import gae
 from jaxrl_async.config import (
     TrainConfig,
@@ -129,9 +129,7 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
         def gradient_step(state: LearnerState, minibatch):
             obs, action, extras, adv, target = minibatch
             if cfg.normalize_advantages:
-                mean = pmean(adv.mean(), axis_name)
-                std = jnp.sqrt(jnp.maximum(pmean(jnp.square(adv).mean(), axis_name) - mean**2, 0))
-                adv = (adv - mean) / (std + 1e-8)
+                adv = standardize(adv, axis_name)
             grads, metrics = jax.grad(loss, has_aux=True)(
                 state.params, obs, action, extras, adv, target
             )

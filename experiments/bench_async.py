@@ -1,7 +1,7 @@
 """Speed of the async runner on 2 devices (1 actor, 1 learner) against the blocking loop and
 against the sync runner data-parallel over the same 2 devices.
 
-    python experiments/bench_async.py [--num-envs 64 --num-steps 64 --updates 60 --rounds 3]
+    python experiments/bench_async.py [--num-envs 8 --num-steps 1024 --updates 60 --rounds 3]
 
 Figures (the words of DESIGN.md "Measuring it"), seconds per iteration, warm:
 
@@ -11,7 +11,11 @@ Figures (the words of DESIGN.md "Measuring it"), seconds per iteration, warm:
   (``train_s / updates``: threads, pipeline and metrics included);
 - ``T_async_one_thread``: the same lag-1 schedule dispatched by one thread, no pipeline
   threads (the other arrangement DESIGN.md asks to measure);
-- ``T_anakin2``: the sync runner with ``SyncConfig(num_devices=2)``, same config;
+- ``T_parallel``: rollouts and updates in two threads exchanging nothing: what the machine
+  allows in parallel right now, so ``pipeline_overhead = T_async / T_parallel - 1`` is the
+  pipeline's own cost (on a loaded machine T_parallel, not the pipeline, sets the limit);
+- ``T_anakin2``: the sync runner with ``SyncConfig(num_devices=2)``, same config, the whole
+  run as one program (``jax.jit(jra.make_train(cfg))``);
 - ``speedup = T_sync / T_async``, ``ideal = (R+U) / max(R,U)``,
   ``overlap_efficiency = (R+U-T_async) / (R+U-max(R,U))``, ``learner_busy = U / T_async``,
   ``speedup_vs_anakin2 = T_anakin2 / T_async``.
@@ -30,13 +34,14 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jaxrl_async as jra  # noqa: E402
-from jaxrl_async.runners import async_, sync  # noqa: E402
+from jaxrl_async.runners import async_  # noqa: E402
 
 
 def per_iteration(fn, n: int) -> float:
@@ -47,9 +52,9 @@ def per_iteration(fn, n: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-envs", type=int, default=64)
-    parser.add_argument("--num-steps", type=int, default=64)
-    parser.add_argument("--update-epochs", type=int, default=2)
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--num-steps", type=int, default=1024)
+    parser.add_argument("--update-epochs", type=int, default=1)
     parser.add_argument("--num-minibatches", type=int, default=4)
     parser.add_argument("--updates", type=int, default=60, help="iterations per measurement")
     parser.add_argument("--rounds", type=int, default=3)
@@ -101,14 +106,27 @@ def main() -> None:
             jax.block_until_ready((nxt, params))
             pending = nxt
 
+    def unsynchronised(n):  # two threads, rollouts and updates, no data or params exchanged
+        threads = [threading.Thread(target=f, args=(n,)) for f in (rollouts, updates)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    compiled = setup.programs  # the pipeline reuses the programs timed above
+    async_.compile_programs = lambda *args: compiled
+
     def pipeline(n):
         return jra.train(cfg, seed=0, progress=False).timing["train_s"] / cfg.num_updates
 
-    def anakin2(n):
-        return sync.run(anakin, jax.random.key(0)).timing["train_s"] / anakin.num_updates
+    whole_run = jax.jit(jra.make_train(anakin)).lower(jax.random.key(0)).compile()
 
-    anakin2(0)  # compile the sync program once (sync.run recompiles; its compile is excluded)
-    names = ["R", "U", "T_sync", "T_async_one_thread", "T_async", "T_anakin2"]
+    def anakin2(n):  # the whole run fused in one program: the sync runner at its fastest
+        start = time.perf_counter()
+        jax.block_until_ready(whole_run(jax.random.key(0)))
+        return (time.perf_counter() - start) / anakin.num_updates
+
+    names = ["R", "U", "T_sync", "T_async_one_thread", "T_async", "T_anakin2", "T_parallel"]
     rounds: dict[str, list[float]] = {name: [] for name in names}
     n = args.updates
     for _ in range(args.rounds):
@@ -118,6 +136,7 @@ def main() -> None:
         rounds["T_async_one_thread"].append(per_iteration(one_thread, n))
         rounds["T_async"].append(pipeline(n))
         rounds["T_anakin2"].append(anakin2(n))
+        rounds["T_parallel"].append(per_iteration(unsynchronised, n))
     fig = {name: float(np.median(v)) for name, v in rounds.items()}
     R, U, t_async = fig["R"], fig["U"], fig["T_async"]
     fig.update({
@@ -127,6 +146,7 @@ def main() -> None:
         "learner_busy": U / t_async,
         "speedup_vs_anakin2": fig["T_anakin2"] / t_async,
         "speedup_one_thread": fig["T_sync"] / fig["T_async_one_thread"],
+        "pipeline_overhead": t_async / fig["T_parallel"] - 1.0,
         "config": {k: v for k, v in base.items() if k != "total_timesteps"},
         "updates": n, "rounds": args.rounds,
         "spread": {name: [round(min(v), 5), round(max(v), 5)] for name, v in rounds.items()},

@@ -6,6 +6,7 @@ concurrency test has a timeout (see DESIGN.md on the XLA:CPU deadlock)."""
 
 import _thread
 import dataclasses
+import gc
 import threading
 import time
 import traceback
@@ -162,13 +163,18 @@ def test_an_exception_in_a_thread_reaches_the_caller(monkeypatch, role):
         return programs._replace(learner=failing(programs.learner, 4, raised_at))
 
     monkeypatch.setattr(async_, "compile_programs", with_failure)
-    before = set(threading.enumerate())
+    key = jax.random.key(0)
+    async_.prepare(cfg, key)  # compiled (and cached) before counting buffers
+    gc.collect()
+    threads_before, buffers_before = set(threading.enumerate()), len(jax.live_arrays())
     with pytest.raises(Boom) as error:
-        async_.run(cfg, jax.random.key(0))
+        async_.run(cfg, key)
     assert time.perf_counter() - raised_at[0] < 3.0
     text = "".join(traceback.format_tb(error.value.__traceback__))
     assert "in step" in text and f"{role}_loop" in text  # the original traceback
-    assert runner_threads() == [] and set(threading.enumerate()) <= before
+    assert runner_threads() == [] and set(threading.enumerate()) <= threads_before
+    gc.collect()
+    assert len(jax.live_arrays()) <= buffers_before  # while the exception is still held
 
 
 class InterruptAtFirstMetrics(Callbacks):

@@ -528,7 +528,17 @@ def run(
     ``actor_busy``/``learner_busy`` (fraction of wall time each role computed, per log chunk),
     ``dropped_batches`` (so far) and ``queue_depth`` (batches waiting when the learner took its
     last). ``callbacks.on_state`` is called once, with the final state."""
-    callbacks = callbacks or Callbacks()
+    try:
+        return _run(cfg, key, callbacks or Callbacks(), state, devices)
+    except BaseException as error:
+        # Nothing the run allocated may outlive it, not even through the exception: clear the
+        # locals of the frames it passed through (all finished now; the threads' frames too).
+        traceback.clear_frames(error.__traceback__)
+        raise
+
+
+def _run(cfg: Any, key: jax.Array, callbacks: Callbacks, state: RunState | None,
+         devices: Sequence[Any] | None) -> TrainResult:
     start = time.perf_counter()
     setup = prepare(cfg, key, state, devices)
     compile_s = time.perf_counter() - start
@@ -560,11 +570,8 @@ def run(
         final = _supervise(threads, events, callbacks, programs.metric_names, rows)
         train_s = time.perf_counter() - start
         collected = sum(s.rollouts for s in actor_stats) * per_stream * cfg.num_steps
-    except BaseException as error:
+    finally:
         _shut_down(pipeline, threads)
-        traceback.clear_frames(error.__traceback__)  # frames of finished threads hold buffers
-        raise
-    _shut_down(pipeline, threads)
 
     env_carry = jax.tree.map(lambda *xs: jnp.concatenate(xs),
                              *jax.device_put(carries, where.actor_devices[0]))
@@ -588,17 +595,19 @@ def _thread(role: str, events: queue.Queue, pipeline: Pipeline, target: Callable
             *args: Any) -> threading.Thread:
     """A thread running ``target(*args)``; an exception stops the pipeline and goes to the
     caller through ``events``."""
+    return threading.Thread(target=_guarded, args=(events, pipeline, target, *args),
+                            name=f"{THREAD_PREFIX}-{role}", daemon=True)
 
-    def body() -> None:
-        try:
-            target(*args)
-        except Stopped:
-            pass
-        except BaseException as error:  # noqa: BLE001 - re-raised in the caller
-            pipeline.stop()
-            events.put(("error", error))
 
-    return threading.Thread(target=body, name=f"{THREAD_PREFIX}-{role}", daemon=True)
+def _guarded(events: queue.Queue, pipeline: Pipeline, target: Callable, *args: Any) -> None:
+    # Arguments, not a closure: a frame's locals can be cleared, a closure's cells cannot.
+    try:
+        target(*args)
+    except Stopped:
+        pass
+    except BaseException as error:  # noqa: BLE001 - re-raised in the caller
+        pipeline.stop()
+        events.put(("error", error))
 
 
 def _supervise(threads: list[threading.Thread], events: queue.Queue, callbacks: Callbacks,

@@ -35,6 +35,7 @@ so a single thread serialises actor and learner; threads overlap them.
 from __future__ import annotations
 
 import functools
+import itertools
 import queue
 import threading
 import time
@@ -303,7 +304,6 @@ class Batch(NamedTuple):
 
     data: jax.Array  # packed (trajectory, episode sums), one piece per learner device
     version: int  # the params version that acted
-    stream: int
 
 
 class Pipeline:
@@ -336,10 +336,6 @@ class Pipeline:
             self._params = [{} for _ in self._params]
             self._ready.clear()
             self._cond.notify_all()
-
-    @property
-    def stopped(self) -> bool:
-        return self._stopped
 
     def publish(self, version: int, params_per_device: Sequence[Any]) -> None:
         with self._cond:
@@ -405,7 +401,7 @@ def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run
     """One actor stream: rollouts until the schedule ends (deterministic) or the pipeline stops
     (free-running). Its n-th rollout draws the keys of update ``first + n``."""
     runner, num_streams = cfg.runner, cfg.runner.num_streams
-    for n in range(cfg.num_updates - first if runner.deterministic else 2**62):
+    for n in range(cfg.num_updates - first) if runner.deterministic else itertools.count():
         update = first + n
         if runner.deterministic:
             ticket = n * num_streams + stream.index
@@ -425,7 +421,7 @@ def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run
         stats.rollouts += 1
         carries[stream.index] = carry
         # Copied to the learner devices here, right away, so the copy overlaps the update.
-        pipeline.deliver(ticket, Batch(to_learner(pieces, where), version, stream.index))
+        pipeline.deliver(ticket, Batch(to_learner(pieces, where), version))
 
 
 class Chunk(NamedTuple):
@@ -434,6 +430,8 @@ class Chunk(NamedTuple):
     first: int
     device_rows: list[jax.Array]  # per update: the learner's metric vector
     host_rows: dict[str, list]  # per update: host-measured values
+    start: float  # when the chunk began (perf_counter)
+    busy: tuple[float, list[float]]  # learner and actor busy seconds when it began
 
 
 def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, where: Layout,
@@ -442,9 +440,14 @@ def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, wher
     """Updates ``first ... num_updates - 1``, taking tickets in order; publishes params every
     ``sync_every`` updates; sends a ``Chunk`` of metrics every ``log_every`` updates."""
     runner, num_streams = cfg.runner, cfg.runner.num_streams
-    ticket, dropped, busy_s = 0, 0, 0.0
-    chunk = Chunk(first, [], {"dropped_batches": [], "queue_depth": []})
-    chunk_start, actor_busy_start = time.perf_counter(), [s.busy_s for s in actor_stats]
+    ticket, dropped = 0, 0
+
+    def new_chunk(first_update: int) -> Chunk:
+        busy = (stats.busy_s, [s.busy_s for s in actor_stats])
+        return Chunk(first_update, [], {"dropped_batches": [], "queue_depth": []},
+                     time.perf_counter(), busy)
+
+    chunk = new_chunk(first)
     for update in range(first, cfg.num_updates):
         batches, depth = [], 0
         while len(batches) < num_streams:
@@ -458,7 +461,6 @@ def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, wher
         state, metrics, params = programs.learner(state, tuple(b.data for b in batches))
         del batches
         jax.block_until_ready((state, params))
-        busy_s += time.perf_counter() - start
         stats.busy_s += time.perf_counter() - start
         if update + 1 < cfg.num_updates and publishes(runner, first, update + 1):
             publish(params, where, pipeline, update + 1)
@@ -466,15 +468,13 @@ def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, wher
         chunk.host_rows["dropped_batches"].append(dropped)
         chunk.host_rows["queue_depth"].append(depth)
         if len(chunk.device_rows) == cfg.log_every or update + 1 == cfg.num_updates:
-            wall = time.perf_counter() - chunk_start
-            actor_busy = np.mean([s.busy_s - b for s, b in zip(actor_stats, actor_busy_start)])
+            wall, (learner_busy, actor_busy) = time.perf_counter() - chunk.start, chunk.busy
             n = len(chunk.device_rows)
-            chunk.host_rows["learner_busy"] = [busy_s / wall] * n
+            chunk.host_rows["learner_busy"] = [(stats.busy_s - learner_busy) / wall] * n
+            actor_busy = np.mean([s.busy_s - b for s, b in zip(actor_stats, actor_busy)])
             chunk.host_rows["actor_busy"] = [float(actor_busy) / wall] * n
             events.put(("metrics", chunk))
-            chunk = Chunk(update + 1, [], {"dropped_batches": [], "queue_depth": []})
-            chunk_start, busy_s = time.perf_counter(), 0.0
-            actor_busy_start = [s.busy_s for s in actor_stats]
+            chunk = new_chunk(update + 1)
     events.put(("done", state))
 
 

@@ -1,7 +1,7 @@
 """Speed of the async runner on 2 devices (1 actor, 1 learner) against the blocking loop and
 against the sync runner data-parallel over the same 2 devices.
 
-    python experiments/bench_async.py [--num-envs 8 --num-steps 1024 --updates 60 --rounds 3]
+    python experiments/bench_async.py [--num-envs 16 --num-steps 640 --updates 50 --rounds 7]
 
 Figures (the words of DESIGN.md "Measuring it"), seconds per iteration, warm:
 
@@ -22,8 +22,10 @@ Figures (the words of DESIGN.md "Measuring it"), seconds per iteration, warm:
   ``overlap_efficiency = (R+U-T_async) / (R+U-max(R,U))``, ``learner_busy = U / T_async``,
   ``speedup_vs_anakin2 = T_anakin2 / T_async``.
 
-Every figure is the median over ``--rounds`` rounds, each round measuring all of them one
-after the other (the machine is shared and noisy: only ratios inside one run mean anything).
+Each round measures every time one after the other; the figures are medians over
+``--rounds`` rounds and the ratios are taken between those medians (the machine is shared and
+noisy: only ratios inside one run mean anything). ``per_round_median`` takes each ratio inside
+every round first (noisier: three noisy times per ratio); ``spread`` gives min and max.
 The last line printed is one JSON object.
 """
 
@@ -53,14 +55,29 @@ def per_iteration(fn, n: int) -> float:
     return (time.perf_counter() - start) / n
 
 
+def figures(t: dict) -> dict:
+    """The ratios of DESIGN.md "Measuring it" from times (floats, or arrays of rounds)."""
+    R, U, t_async = t["R"], t["U"], t["T_async"]
+    return {
+        "speedup": t["T_sync"] / t_async,
+        "ideal": (R + U) / np.maximum(R, U),
+        "overlap_efficiency": (R + U - t_async) / (R + U - np.maximum(R, U)),
+        "learner_busy": U / t_async,
+        "speedup_vs_anakin2": t["T_anakin2"] / t_async,
+        "speedup_free": t["T_sync"] / t["T_async_free"],
+        "speedup_one_thread": t["T_sync"] / t["T_async_one_thread"],
+        "pipeline_overhead": t_async / t["T_parallel"] - 1.0,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-envs", type=int, default=8)
-    parser.add_argument("--num-steps", type=int, default=1024)
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--num-steps", type=int, default=640)
     parser.add_argument("--update-epochs", type=int, default=1)
     parser.add_argument("--num-minibatches", type=int, default=4)
-    parser.add_argument("--updates", type=int, default=60, help="iterations per measurement")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--updates", type=int, default=50, help="iterations per measurement")
+    parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
 
     base = dict(env="CartPole-v1", num_envs=args.num_envs, num_steps=args.num_steps,
@@ -145,19 +162,16 @@ def main() -> None:
         rounds["T_async_free"].append(pipeline(n, free))
         rounds["T_anakin2"].append(anakin2(n))
         rounds["T_parallel"].append(per_iteration(unsynchronised, n))
-    fig = {name: float(np.median(v)) for name, v in rounds.items()}
-    R, U, t_async = fig["R"], fig["U"], fig["T_async"]
+    times = {name: np.array(v) for name, v in rounds.items()}
+    fig = {name: float(np.median(v)) for name, v in times.items()}
+    fig.update(figures({name: float(np.median(v)) for name, v in times.items()}))
+    per_round = figures(times)  # the same ratios inside each round: a noisier view
     fig.update({
-        "speedup": fig["T_sync"] / t_async,
-        "ideal": (R + U) / max(R, U),
-        "overlap_efficiency": (R + U - t_async) / (R + U - max(R, U)),
-        "learner_busy": U / t_async,
-        "speedup_vs_anakin2": fig["T_anakin2"] / t_async,
-        "speedup_one_thread": fig["T_sync"] / fig["T_async_one_thread"],
-        "pipeline_overhead": t_async / fig["T_parallel"] - 1.0,
+        "per_round_median": {k: float(np.median(v)) for k, v in per_round.items()},
+        "spread": {name: [round(float(v.min()), 4), round(float(v.max()), 4)]
+                   for name, v in {**times, **per_round}.items()},
         "config": {k: v for k, v in base.items() if k != "total_timesteps"},
-        "updates": n, "rounds": args.rounds,
-        "spread": {name: [round(min(v), 5), round(max(v), 5)] for name, v in rounds.items()},
+        "updates": n, "rounds": args.rounds, "load_avg": os.getloadavg()[0],
         "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
     })
     print(json.dumps(fig))

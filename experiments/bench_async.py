@@ -1,7 +1,7 @@
 """Speed of the async runner on 2 devices (1 actor, 1 learner) against the blocking loop and
 against the sync runner data-parallel over the same 2 devices.
 
-    python experiments/bench_async.py [--num-envs 16 --num-steps 640 --updates 50 --rounds 7]
+    python experiments/bench_async.py [--num-envs 16 --num-steps 640 --updates 100 --rounds 5]
 
 Figures (the words of DESIGN.md "Measuring it"), seconds per iteration, warm:
 
@@ -76,8 +76,8 @@ def main() -> None:
     parser.add_argument("--num-steps", type=int, default=640)
     parser.add_argument("--update-epochs", type=int, default=1)
     parser.add_argument("--num-minibatches", type=int, default=4)
-    parser.add_argument("--updates", type=int, default=50, help="iterations per measurement")
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--updates", type=int, default=100, help="iterations per measurement")
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
 
     base = dict(env="CartPole-v1", num_envs=args.num_envs, num_steps=args.num_steps,

@@ -27,9 +27,11 @@ This module is the one place devices are split into roles and the one place with
 - **Shutdown.** Any exception in any thread stops the pipeline; every thread is joined and the
   exception re-raised in the caller with its traceback; Ctrl-C stops the same way.
 
-One thread per role was measured against one thread dispatching both programs
-(``experiments/bench_async.py``): XLA:CPU runs a program partly inside the dispatching call,
-so a single thread serialises actor and learner; threads overlap them.
+One thread per stream (and one for the learner) was measured against one thread dispatching
+both programs in the same lag-1 schedule (``experiments/bench_async.py``): as fast within the
+noise on the 2-core CPU (DESIGN.md saw threads ahead, 1.70x against 1.44x, on smaller programs,
+which XLA:CPU partly runs inside the dispatching call). Threads are kept: free-running actors
+and several streams need them anyway.
 """
 
 from __future__ import annotations

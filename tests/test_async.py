@@ -107,7 +107,7 @@ class LiveBuffers(Callbacks):
         self.counts.append(len(jax.live_arrays()))
 
 
-LONG = dict(total_timesteps=8 * 16 * 240, log_every=10)  # 240 updates
+LONG = dict(total_timesteps=8 * 16 * 600, log_every=10)  # 600 updates
 
 
 @pytest.mark.timeout(300)
@@ -120,8 +120,10 @@ def test_free_running_bounds_memory_and_staleness(stale_policy, max_staleness):
     assert out.timing["max_outstanding"] <= cfg.runner.queue_size
     assert out.metrics["staleness_max"].max() <= max_staleness
     assert out.metrics["episode_return"].size == cfg.num_updates
-    first, second = live.counts[: len(live.counts) // 2], live.counts[len(live.counts) // 2:]
-    assert max(second) <= max(first) + 8, live.counts  # no growth over a long run
+    # No growth over a long run: the count moves with what is in flight (up to ~40 arrays), a
+    # leak of one array per update would add ~400 between the first and last third.
+    third = len(live.counts) // 3
+    assert np.median(live.counts[-third:]) <= np.median(live.counts[:third]) + 15, live.counts
     dropped = out.metrics["dropped_batches"][-1]
     if stale_policy == "correct":
         assert dropped == 0  # the actors waited instead

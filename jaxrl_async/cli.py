@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from typing import Any
 
@@ -106,11 +107,26 @@ def config_from_args(args: argparse.Namespace) -> Any:
     return cfg_cls(runner=runner, **kwargs)
 
 
+def cpu_devices_for_roles(args: argparse.Namespace) -> None:
+    """``--runner async``: on a CPU, give each role its own (forced) CPU device, unless
+    XLA_FLAGS already sets a count. Must run before JAX starts its backend; the flag only
+    concerns the CPU platform, so it changes nothing where JAX runs on an accelerator."""
+    if args.runner != "async":
+        return
+    defaults = C.AsyncConfig()
+    roles = (getattr(args, "actor_devices", defaults.actor_devices)
+             + getattr(args, "learner_devices", defaults.learner_devices))
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={roles}".strip()
+
+
 def cmd_train(argv: list[str]) -> int:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--algo", default="ppo", choices=sorted(algo_configs()))
     known, _ = pre.parse_known_args(argv)
     args = train_parser(known.algo).parse_args(argv)
+    cpu_devices_for_roles(args)
     try:
         cfg = config_from_args(args)
     except ValueError as e:

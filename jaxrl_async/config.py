@@ -172,6 +172,49 @@ class SyncConfig:
 
 
 @config
+class AsyncConfig:
+    """The actor/learner runner: rollouts on actor devices, updates on learner devices, a
+    host pipeline between them (see ``runners/async_.py``)."""
+
+    actor_devices: int = static(1, positive_int)
+    """Local devices that run rollouts (the first ones)."""
+    learner_devices: int = static(1, positive_int)
+    """Local devices, after the actor devices, that run the update data-parallel (pmean)."""
+    actors_per_device: int = static(1, positive_int)
+    """Actor streams per actor device, each with its own slice of the envs and its own thread."""
+    deterministic: bool = static(True, boolean)
+    """Lock-step schedule with a fixed lag: a seed reproduces a run exactly, whatever the thread
+    timing. False: actors run ahead through a bounded queue (free-running)."""
+    lag: int = static(1, one_of(0, 1))
+    """Deterministic mode: rollout k acts with the params of update k - lag. 0 reproduces the
+    sync runner; 1 collects rollout k+1 while the learner updates on rollout k."""
+    sync_every: int = static(1, positive_int)
+    """Updates between param pushes to the actor devices."""
+    max_staleness: int = static(1, non_negative_int)
+    """Never train on a batch whose params are more than this many updates old."""
+    stale_policy: str = static("drop", one_of("drop", "correct"))
+    """Free-running mode, a batch that would exceed max_staleness: 'drop' discards it (actors
+    never wait); 'correct' keeps every batch (actors wait for fresh enough params) and relies on
+    the loss's off-policy correction (PPO's ratio, V-trace) for the lag within the bound."""
+    queue_size: int = static(4, positive_int)
+    """Free-running mode: most trajectories collected or being collected and not yet taken by
+    the learner (bounds memory and staleness)."""
+
+    name = "async"
+
+    @property
+    def num_streams(self) -> int:
+        return self.actor_devices * self.actors_per_device
+
+    def validate(self) -> None:
+        least = self.lag + self.sync_every - 1
+        if self.max_staleness < least:
+            fail(self, "max_staleness", f"must be >= lag + sync_every - 1 = {least} (the "
+                 "staleness of the lock-step schedule, and what a free-running actor may need "
+                 "to wait for)")
+
+
+@config
 class TrainConfig:
     """Fields every algorithm shares: the env, the batch shape, the budget, the runner."""
 
@@ -243,9 +286,16 @@ class TrainConfig:
                  f"shape {env_spec(self.env).obs_shape}; allowed here: 'mlp' or 'auto'")
         if not hasattr(self.runner, "name") or self.runner.name not in ("sync", "async"):
             fail(self, "runner", "must be SyncConfig(...) or AsyncConfig(...)")
-        devices = getattr(self.runner, "num_devices", 1)
-        if self.num_envs % devices:
-            fail(self, "num_envs", f"must be divisible by runner.num_devices = {devices}")
+        if self.runner.name == "sync" and self.num_envs % self.runner.num_devices:
+            fail(self, "num_envs",
+                 f"must be divisible by runner.num_devices = {self.runner.num_devices}")
+        if self.runner.name == "async":
+            # Each actor stream steps num_envs / streams envs; the learner splits every stream's
+            # trajectory over its devices along the env axis.
+            split = self.runner.num_streams * self.runner.learner_devices
+            if self.num_envs % split:
+                fail(self, "num_envs", f"must be divisible by runner.actor_devices * "
+                     f"actors_per_device * learner_devices = {split}")
 
     @property
     def is_discrete(self) -> bool:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from jaxrl_async.algos import ppo
+from jaxrl_async.algos import impala, ppo
 from jaxrl_async.algos.base import Algorithm, LearnerState, Trajectory
 
 REGISTRY = {
     "ppo": (ppo.PPOConfig, ppo.make_algorithm),
+    "impala": (impala.ImpalaConfig, impala.make_algorithm),
 }
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 from jax import lax
 
 
@@ -72,3 +73,10 @@ def accumulated_grad(
 def pmean(tree: Any, axis_name: str | None) -> Any:
     """``lax.pmean`` over ``axis_name``, or the identity when there is no such axis."""
     return tree if axis_name is None else lax.pmean(tree, axis_name)
+
+
+def standardize(x: jax.Array, axis_name: str | None) -> jax.Array:
+    """``(x - mean) / std``, the statistics taken over all devices on ``axis_name``."""
+    mean = pmean(x.mean(), axis_name)
+    std = jnp.sqrt(jnp.maximum(pmean(jnp.square(x).mean(), axis_name) - mean**2, 0))
+    return (x - mean) / (std + 1e-8)

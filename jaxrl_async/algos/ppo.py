@@ -17,6 +17,7 @@ from jaxrl_async.algos.base import (
     Trajectory,
     accumulated_grad,
     pmean,
+    standardize,
 )
 from jaxrl_async.algos.returns import gae
 from jaxrl_async.config import (
@@ -138,9 +139,7 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
         def gradient_step(state: LearnerState, minibatch):
             obs, action, extras, adv, target = minibatch
             if cfg.normalize_advantages:
-                mean = pmean(adv.mean(), axis_name)
-                std = jnp.sqrt(jnp.maximum(pmean(jnp.square(adv).mean(), axis_name) - mean**2, 0))
-                adv = (adv - mean) / (std + 1e-8)
+                adv = standardize(adv, axis_name)
             grads, metrics = accumulated_grad(
                 loss, state.params, (obs, action, extras, adv, target), cfg.grad_accum_steps
             )

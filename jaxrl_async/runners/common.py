@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
-from jaxrl_async.algos import Algorithm, make_algorithm
+from jaxrl_async.algos import Algorithm, Trajectory, make_algorithm
 from jaxrl_async.envs import VecEnv, make_env
-from jaxrl_async.rollout import EnvCarry, EpisodeSums, episode_metrics, reset
+from jaxrl_async.rollout import EnvCarry, EpisodeSums, episode_metrics, reset, rollout
+
+AXIS = "devices"
 
 
 class RunState(NamedTuple):
@@ -61,6 +65,39 @@ def update_keys(base_key: jax.Array, update: jax.Array) -> tuple[jax.Array, jax.
     return k[0], k[1]
 
 
+def collect(
+    env: VecEnv,
+    algo: Algorithm,
+    params: Any,
+    carry: EnvCarry,
+    run_key: jax.Array,
+    update: jax.Array,
+    num_steps: int,
+    env_id: jax.Array,
+    policy_version: jax.Array,
+) -> tuple[EnvCarry, Trajectory, EpisodeSums]:
+    """The rollout of update number ``update`` (its keys come from ``update_keys``)."""
+    rollout_key, _ = update_keys(run_key, update)
+    return rollout(env, algo, params, carry, rollout_key, num_steps, env_id, policy_version)
+
+
+def learn_update(
+    algo: Algorithm,
+    state: RunState,
+    traj: Trajectory,
+    sums: EpisodeSums,
+    steps_per_update: int,
+    axis_name: str | None = None,
+) -> tuple[RunState, dict]:
+    """One learner update on ``traj`` (``sums``: its finished episodes, over all envs), with the
+    learn key of update ``state.update``; ``state.env`` is passed through untouched."""
+    _, learn_key = update_keys(state.key, state.update)
+    learner, learn_metrics = algo.learn(state.learner, traj, learn_key, axis_name)
+    metrics, last_episode = update_metrics(state, sums, learn_metrics, steps_per_update)
+    state = state._replace(learner=learner, update=state.update + 1, last_episode=last_episode)
+    return state, metrics
+
+
 def init_state(env: VecEnv, algo: Algorithm, key: jax.Array, env_id: jax.Array) -> RunState:
     """A fresh run: learner init and env reset of the envs ``env_id``."""
     init_key, reset_key, run_key = jax.random.split(key, 3)
@@ -104,6 +141,14 @@ def check_devices(field: str, wanted: int, cfg: Any, *, local: bool = True) -> N
             f"{wanted} (on a CPU, set XLA_FLAGS=--xla_force_host_platform_device_count=N "
             "before importing jax)"
         )
+
+
+def spmd(fn: Callable, devices: Sequence[Any], in_specs: Any, out_specs: Any) -> Callable:
+    """``fn`` itself on one device, else ``shard_map``-ed over ``devices`` along ``AXIS``."""
+    if len(devices) == 1:
+        return fn
+    mesh = Mesh(np.array(devices), (AXIS,))
+    return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
 
 
 def to_numpy(tree: Any) -> Any:

@@ -18,24 +18,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from jaxrl_async.rollout import rollout
 from jaxrl_async.runners.common import (
+    AXIS,
     Callbacks,
     RunState,
     TrainResult,
     build,
     check_devices,
+    collect,
     compiler_options,
     init_state,
+    learn_update,
     to_numpy,
-    update_keys,
-    update_metrics,
 )
+from jaxrl_async.runners.common import spmd as common_spmd
 
-AXIS = "devices"
 STATE_SPEC = RunState(learner=P(), env=P(AXIS), key=P(), update=P(), last_episode=P())
 
 
@@ -62,16 +61,13 @@ def program(cfg: Any) -> Program:
         return init_state(env, algo, key, env_id())
 
     def update(state: RunState) -> tuple[RunState, dict]:
-        rollout_key, learn_key = update_keys(state.key, state.update)
         params = algo.policy_params(state.learner)
-        env_carry, traj, sums = rollout(
-            env, algo, params, state.env, rollout_key, cfg.num_steps, env_id(), state.update
-        )
-        learner, learn_metrics = algo.learn(state.learner, traj, learn_key, axis)
+        env_carry, traj, sums = collect(env, algo, params, state.env, state.key, state.update,
+                                        cfg.num_steps, env_id(), state.update)
         if axis:
             sums = lax.psum(sums, axis)
-        metrics, last_episode = update_metrics(state, sums, learn_metrics, cfg.steps_per_update)
-        return RunState(learner, env_carry, state.key, state.update + 1, last_episode), metrics
+        return learn_update(algo, state._replace(env=env_carry), traj, sums,
+                            cfg.steps_per_update, axis)
 
     return Program(init, update, num_devices)
 
@@ -79,10 +75,7 @@ def program(cfg: Any) -> Program:
 def spmd(fn: Callable, num_devices: int, in_specs: Any, out_specs: Any) -> Callable:
     """``fn`` itself on one device, else ``shard_map``-ed over the first ``num_devices`` devices
     (of all processes, in a distributed run)."""
-    if num_devices == 1:
-        return fn
-    mesh = Mesh(np.array(jax.devices()[:num_devices]), (AXIS,))
-    return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    return common_spmd(fn, jax.devices()[:num_devices], in_specs, out_specs)
 
 
 def train_with_config(cfg: Any, key: jax.Array) -> TrainResult:

@@ -1,0 +1,181 @@
+"""Speed of the async runner on 2 devices (1 actor, 1 learner) against the blocking loop and
+against the sync runner data-parallel over the same 2 devices.
+
+    python experiments/bench_async.py [--num-envs 16 --num-steps 640 --updates 100 --rounds 5]
+
+Figures (the words of DESIGN.md "Measuring it"), seconds per iteration, warm:
+
+- ``R``, ``U``: the rollout alone, the update alone, each blocked until ready;
+- ``T_sync``: the blocking loop on the same devices (rollout, wait, update, wait, params copy);
+- ``T_async``: ``jra.train`` with ``AsyncConfig(actor_devices=1, learner_devices=1, lag=1)``
+  (``train_s / updates``: threads, pipeline and metrics included);
+- ``T_async_free``: the same, free-running (``deterministic=False``, ``queue_size=2``,
+  ``max_staleness=2``, ``stale_policy="correct"``): a little slack absorbs timing noise;
+- ``T_async_one_thread``: the same lag-1 schedule dispatched by one thread, no pipeline
+  threads (the other arrangement DESIGN.md asks to measure);
+- ``T_parallel``: rollouts and updates in two threads exchanging nothing: what the machine
+  allows in parallel right now, so ``pipeline_overhead = T_async / T_parallel - 1`` is the
+  pipeline's own cost (on a loaded machine T_parallel, not the pipeline, sets the limit);
+- ``T_anakin2``: the sync runner with ``SyncConfig(num_devices=2)``, same config, the whole
+  run as one program (``jax.jit(jra.make_train(cfg))``);
+- ``speedup = T_sync / T_async``, ``ideal = (R+U) / max(R,U)``,
+  ``overlap_efficiency = (R+U-T_async) / (R+U-max(R,U))``, ``learner_busy = U / T_async``,
+  ``speedup_vs_anakin2 = T_anakin2 / T_async``.
+
+Each round measures every time one after the other; the figures are medians over
+``--rounds`` rounds and the ratios are taken between those medians (the machine is shared and
+noisy: only ratios inside one run mean anything). ``per_round_median`` takes each ratio inside
+every round first (noisier: three noisy times per ratio); ``spread`` gives min and max.
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=2").strip()
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+import jaxrl_async as jra  # noqa: E402
+from jaxrl_async.runners import async_  # noqa: E402
+
+
+def per_iteration(fn, n: int) -> float:
+    start = time.perf_counter()
+    fn(n)
+    return (time.perf_counter() - start) / n
+
+
+def figures(t: dict) -> dict:
+    """The ratios of DESIGN.md "Measuring it" from times (floats, or arrays of rounds)."""
+    R, U, t_async = t["R"], t["U"], t["T_async"]
+    return {
+        "speedup": t["T_sync"] / t_async,
+        "ideal": (R + U) / np.maximum(R, U),
+        "overlap_efficiency": (R + U - t_async) / (R + U - np.maximum(R, U)),
+        "learner_busy": U / t_async,
+        "speedup_vs_anakin2": t["T_anakin2"] / t_async,
+        "speedup_free": t["T_sync"] / t["T_async_free"],
+        "speedup_one_thread": t["T_sync"] / t["T_async_one_thread"],
+        "pipeline_overhead": t_async / t["T_parallel"] - 1.0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--num-steps", type=int, default=640)
+    parser.add_argument("--update-epochs", type=int, default=1)
+    parser.add_argument("--num-minibatches", type=int, default=4)
+    parser.add_argument("--updates", type=int, default=100, help="iterations per measurement")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+
+    base = dict(env="CartPole-v1", num_envs=args.num_envs, num_steps=args.num_steps,
+                update_epochs=args.update_epochs, num_minibatches=args.num_minibatches,
+                total_timesteps=args.num_envs * args.num_steps * args.updates,
+                log_every=10)
+    cfg = jra.PPOConfig(**base, runner=jra.AsyncConfig(actor_devices=1, learner_devices=1))
+    anakin = jra.PPOConfig(**base, runner=jra.SyncConfig(num_devices=2))
+    setup = async_.prepare(cfg, jax.random.key(0))
+    actor, learner = setup.programs.actor[0], setup.programs.learner
+    where, stream = setup.where, setup.where.streams[0]
+    state, carry, run_key = setup.learner_state, setup.carries[0], setup.run_keys[0]
+    params = jax.device_put(setup.programs.pack_params(state), where.actor_devices[0])
+
+    def rollout(k):
+        nonlocal carry
+        carry, pieces = actor(params, carry, run_key, np.int32(k), stream.env_id, np.int32(k))
+        return async_.to_learner(pieces, where)
+
+    batch = jax.block_until_ready(rollout(0))
+
+    def rollouts(n):
+        for k in range(n):
+            jax.block_until_ready(rollout(k))
+
+    def updates(n):
+        s = state
+        for _ in range(n):
+            s = jax.block_until_ready(learner(s, (batch,))[0])
+
+    def blocking_loop(n):
+        nonlocal params
+        s = state
+        for k in range(n):
+            batch = jax.block_until_ready(rollout(k))
+            s, _, new_params = jax.block_until_ready(learner(s, (batch,)))
+            params = jax.block_until_ready(jax.device_put(new_params, where.actor_devices[0]))
+
+    def one_thread(n):
+        nonlocal params
+        s, pending = state, rollout(0)
+        for k in range(n):
+            nxt = rollout(k + 1)  # dispatched with the params of update k - 1 (lag 1)
+            s, _, new_params = learner(s, (pending,))
+            params = jax.device_put(new_params, where.actor_devices[0])
+            jax.block_until_ready((nxt, params))
+            pending = nxt
+
+    def unsynchronised(n):  # two threads, rollouts and updates, no data or params exchanged
+        threads = [threading.Thread(target=f, args=(n,)) for f in (rollouts, updates)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    compiled = setup.programs  # the pipeline reuses the programs timed above
+    async_.compile_programs = lambda *args: compiled
+
+    def pipeline(n, config=cfg):
+        return jra.train(config, seed=0, progress=False).timing["train_s"] / config.num_updates
+
+    free = dataclasses.replace(cfg, runner=jra.AsyncConfig(
+        deterministic=False, queue_size=2, max_staleness=2, stale_policy="correct"))
+
+    whole_run = jax.jit(jra.make_train(anakin)).lower(jax.random.key(0)).compile()
+
+    def anakin2(n):  # the whole run fused in one program: the sync runner at its fastest
+        start = time.perf_counter()
+        jax.block_until_ready(whole_run(jax.random.key(0)))
+        return (time.perf_counter() - start) / anakin.num_updates
+
+    names = ["R", "U", "T_sync", "T_async_one_thread", "T_async", "T_async_free", "T_anakin2",
+             "T_parallel"]
+    rounds: dict[str, list[float]] = {name: [] for name in names}
+    n = args.updates
+    for _ in range(args.rounds):
+        rounds["R"].append(per_iteration(rollouts, n))
+        rounds["U"].append(per_iteration(updates, n))
+        rounds["T_sync"].append(per_iteration(blocking_loop, n))
+        rounds["T_async_one_thread"].append(per_iteration(one_thread, n))
+        rounds["T_async"].append(pipeline(n))
+        rounds["T_async_free"].append(pipeline(n, free))
+        rounds["T_anakin2"].append(anakin2(n))
+        rounds["T_parallel"].append(per_iteration(unsynchronised, n))
+    times = {name: np.array(v) for name, v in rounds.items()}
+    fig = {name: float(np.median(v)) for name, v in times.items()}
+    fig.update(figures({name: float(np.median(v)) for name, v in times.items()}))
+    per_round = figures(times)  # the same ratios inside each round: a noisier view
+    fig.update({
+        "per_round_median": {k: float(np.median(v)) for k, v in per_round.items()},
+        "spread": {name: [round(float(v.min()), 4), round(float(v.max()), 4)]
+                   for name, v in {**times, **per_round}.items()},
+        "config": {k: v for k, v in base.items() if k != "total_timesteps"},
+        "updates": n, "rounds": args.rounds, "load_avg": os.getloadavg()[0],
+        "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
+    })
+    print(json.dumps(fig))
+
+
+if __name__ == "__main__":
+    main()

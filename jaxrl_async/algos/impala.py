@@ -1,0 +1,130 @@
+"""IMPALA (Espeholt et al., 2018): an actor-critic whose learner corrects for the lag between
+the behaviour policy mu (the params that acted) and the current policy pi with V-trace.
+
+One gradient step per trajectory, as in the paper: the value head regresses on the V-trace
+targets v_s, the policy follows rho_s * (r_s + gamma * v_{s+1} - V(x_s)) * grad log pi(a_s|x_s),
+plus an entropy bonus. RMSProp (the paper's optimiser) or Adam, global-norm clipped.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxrl_async.algos.base import Algorithm, LearnerState, Trajectory, pmean, standardize
+from jaxrl_async.algos.returns import vtrace
+from jaxrl_async.config import (
+    TrainConfig,
+    boolean,
+    config,
+    hyper,
+    in_range,
+    non_negative,
+    one_of,
+    positive,
+    positive_int,
+    static,
+)
+from jaxrl_async.envs import EnvSpec
+from jaxrl_async.networks import actor_critic_for, init_params
+
+
+@config
+class ImpalaConfig(TrainConfig):
+    """IMPALA with V-trace; the defaults learn CartPole-v1 in about 5e5 steps."""
+
+    num_envs: int = static(32, positive_int)
+    """Parallel environments (summed over all devices)."""
+    num_steps: int = static(16, positive_int)
+    """Steps per env per rollout (the trajectory length T)."""
+    lr: float = hyper(3e-3, positive)
+    """Learning rate."""
+    anneal_lr: bool = static(True, boolean)
+    """Anneal the learning rate linearly to 0 over training."""
+    optimizer: str = static("rmsprop", one_of("rmsprop", "adam"))
+    """The paper's RMSProp, or Adam."""
+    rms_decay: float = hyper(0.99, in_range(0.0, 1.0, hi_open=True))
+    """RMSProp decay of the squared-gradient average."""
+    opt_eps: float = hyper(1e-5, positive)
+    """Epsilon of RMSProp or Adam."""
+    ent_coef: float = hyper(0.01, non_negative)
+    """Entropy bonus coefficient."""
+    vf_coef: float = hyper(0.5, non_negative)
+    """Value loss coefficient."""
+    max_grad_norm: float = hyper(0.5, positive)
+    """Global-norm gradient clipping (optax.clip_by_global_norm)."""
+    vtrace_lambda: float = hyper(1.0, in_range(0.0, 1.0))
+    """lambda of V-trace's traces c_s = lambda * min(c_bar, pi/mu)."""
+    clip_rho: float = hyper(1.0, positive)
+    """rho_bar: truncation of the importance weight in the value targets."""
+    clip_c: float = hyper(1.0, positive)
+    """c_bar: truncation of the importance weight in the traces."""
+    clip_pg_rho: float = hyper(1.0, positive)
+    """Truncation of the importance weight in the policy-gradient advantage."""
+    normalize_advantages: bool = static(False, boolean)
+    """Standardise the policy-gradient advantages per batch (statistics over all devices)."""
+
+    name = "impala"
+
+
+def make_algorithm(cfg: ImpalaConfig, spec: EnvSpec) -> Algorithm:
+    """IMPALA's init/act/learn for ``spec``; ``cfg``'s hyperparameters may be traced."""
+    network = actor_critic_for(spec, cfg.resolved_torso, cfg.hidden_sizes, cfg.activation)
+
+    def learning_rate(count: jax.Array) -> jax.Array:  # one optimiser step per update
+        return cfg.lr * (1.0 - count / cfg.num_updates) if cfg.anneal_lr else cfg.lr
+
+    if cfg.optimizer == "rmsprop":
+        step = optax.rmsprop(learning_rate, decay=cfg.rms_decay, eps=cfg.opt_eps)
+    else:
+        step = optax.adam(learning_rate, eps=cfg.opt_eps)
+    optimizer = optax.flatten(optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), step))
+
+    def init(key: jax.Array) -> LearnerState:
+        params = init_params(network, key, jnp.zeros(spec.obs_shape, spec.obs_dtype))
+        return LearnerState(params, optimizer.init(params))
+
+    def act(params, obs: jax.Array, key: jax.Array):
+        pi = network.apply(params, obs, method="policy")
+        action = pi.sample(key)
+        return action, {"log_prob": pi.log_prob(action)}
+
+    def loss(params, traj: Trajectory, axis_name):
+        pi, value = network.apply(params, traj.obs)  # [T, B]
+        next_value = network.apply(params, traj.next_obs, method="value")
+        log_prob = pi.log_prob(traj.action)
+        log_rho = log_prob - traj.extras["log_prob"]  # current over behaviour policy
+        targets, advantages = jax.lax.stop_gradient(vtrace(
+            traj.reward, value, next_value, traj.terminated, traj.truncated, log_rho, cfg.gamma,
+            cfg.vtrace_lambda, cfg.clip_rho, cfg.clip_c, cfg.clip_pg_rho,
+        ))
+        if cfg.normalize_advantages:
+            advantages = standardize(advantages, axis_name)
+
+        policy_loss = -(advantages * log_prob).mean()
+        value_loss = 0.5 * jnp.square(targets - value).mean()
+        entropy = pi.entropy().mean()
+        total = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+        rho = jnp.exp(log_rho)
+        return total, {
+            "loss": total,
+            "policy_loss": policy_loss,
+            "value_loss": value_loss,
+            "entropy": entropy,
+            "rho_mean": rho.mean(),
+            "rho_clip_frac": (rho > cfg.clip_rho).mean(),
+        }
+
+    def learn(state: LearnerState, traj: Trajectory, key: jax.Array, axis_name=None):
+        del key  # one full-batch step: nothing random
+        chex.assert_rank(traj.reward, 2)  # [T, B]
+        chex.assert_equal_shape([traj.reward, traj.extras["log_prob"]])
+        grads, metrics = jax.grad(loss, has_aux=True)(state.params, traj, axis_name)
+        grads = pmean(grads, axis_name)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        return LearnerState(params, opt_state), pmean(metrics, axis_name)
+
+    return Algorithm(init=init, act=act, learn=learn)

@@ -1,0 +1,647 @@
+"""The async runner (Podracer's "Sebulba", with the envs on device): actor devices collect
+rollouts while learner devices update on the previous ones.
+
+This module is the one place devices are split into roles and the one place with threads:
+
+- **Devices.** The first ``actor_devices`` local devices run the jitted rollout, the next
+  ``learner_devices`` run the update data-parallel (``shard_map`` with ``lax.pmean``), every
+  trajectory sharded along its env axis. With a single device both roles share it.
+- **Streams.** Each actor device runs ``actors_per_device`` streams, each on its own thread
+  with its own slice of the envs (global env ids, so every random key is the one the sync runner
+  draws). A learner update consumes one trajectory from each of ``num_streams`` tickets.
+- **Tickets.** Every trajectory has a ticket; the learner takes tickets in order, so the order
+  of data never depends on thread timing. Deterministic mode fixes ticket and params version of
+  every rollout in advance (rollout k of stream s is ticket ``k * streams + s`` and acts with the
+  params of update ``k - lag``): a lock-step schedule that reproduces a run exactly, and with lag
+  0 the sync runner. Free-running mode hands tickets out as actors ask, at most ``queue_size``
+  not yet taken; actors act with the newest params, and a batch staler than ``max_staleness``
+  is dropped or, with ``stale_policy="correct"``, never collected (the actor waits).
+- **Params.** After every ``sync_every`` updates the learner blocks on the new params, copies
+  them to each actor device and publishes them with their version (= updates done);
+  every trajectory carries the version that produced it (``Trajectory.policy_version``).
+- **Host side.** Device-to-device copies only (a trajectory is split per learner device inside
+  the rollout program, so no resharding op has to queue behind the next rollout on the actor
+  device); metrics leave the learner as device arrays and are fetched, every ``log_every``
+  updates, by the calling thread, which also runs the callbacks; no host sync in the loop
+  besides the params hand-over.
+- **Shutdown.** Any exception in any thread stops the pipeline; every thread is joined and the
+  exception re-raised in the caller with its traceback; Ctrl-C stops the same way.
+
+One thread per stream (and one for the learner) was measured against one thread dispatching
+both programs in the same lag-1 schedule (``experiments/bench_async.py``): as fast within the
+noise on the 2-core CPU (DESIGN.md saw threads ahead, 1.70x against 1.44x, on smaller programs,
+which XLA:CPU partly runs inside the dispatching call). Threads are kept: free-running actors
+and several streams need them anyway.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import queue
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxrl_async.algos import Algorithm
+from jaxrl_async.rollout import EnvCarry
+from jaxrl_async.runners.common import (
+    AXIS,
+    Callbacks,
+    RunState,
+    TrainResult,
+    build,
+    collect,
+    compiler_options,
+    init_state,
+    learn_update,
+    spmd,
+)
+
+THREAD_PREFIX = "jaxrl-async"
+"""Every thread the runner starts is named ``jaxrl-async-<role>``."""
+
+
+# --------------------------------------------------------------------------- devices, schedule
+def split_devices(cfg: Any, devices: Sequence[Any]) -> tuple[list, list]:
+    """(actor devices, learner devices): the first ``actor_devices``, then the next
+    ``learner_devices``; a single device plays both roles. ``ValueError`` naming the field when
+    there are not enough devices."""
+    runner, have = cfg.runner, len(devices)
+    if have == 1 and runner.actor_devices == runner.learner_devices == 1:
+        return [devices[0]], [devices[0]]
+    if runner.actor_devices + runner.learner_devices > have:
+        field = "learner_devices" if runner.actor_devices < have else "actor_devices"
+        raise ValueError(
+            f"{type(cfg).__name__}.runner.{field} must leave actor_devices + learner_devices "
+            f"<= the {have} local device(s), got actor_devices={runner.actor_devices}, "
+            f"learner_devices={runner.learner_devices} (on a CPU, set XLA_FLAGS="
+            "--xla_force_host_platform_device_count=N before importing jax)"
+        )
+    num_actors = runner.actor_devices
+    return list(devices[:num_actors]), list(devices[num_actors:num_actors + runner.learner_devices])
+
+
+def acting_version(runner: Any, first: int, update: int) -> int:
+    """Deterministic mode: the params version (updates done) that acts in rollout ``update``:
+    ``lag`` updates back, and only versions the learner publishes (every ``sync_every``)."""
+    behind = max(update - first - runner.lag, 0)
+    return first + behind // runner.sync_every * runner.sync_every
+
+
+def publishes(runner: Any, first: int, version: int) -> bool:
+    """Whether the learner sends the params of ``version`` to the actor devices."""
+    return (version - first) % runner.sync_every == 0
+
+
+# --------------------------------------------------------------------------- programs
+class Stream(NamedTuple):
+    """One actor stream: a thread stepping the envs ``env_id`` on ``device``."""
+
+    index: int
+    device: Any
+    device_index: int
+    env_id: jax.Array  # [num_envs / num_streams] global env ids, on ``device``
+
+
+class Packing(NamedTuple):
+    """A pytree of arrays as one flat ``uint32`` vector, so it crosses devices in one copy
+    instead of one per leaf (host overhead is what limits overlap on a CPU). Exact: 32-bit
+    leaves are bit-cast; narrower ones are widened to 32 bits first."""
+
+    treedef: Any
+    leaves: tuple[jax.ShapeDtypeStruct, ...]
+
+    @classmethod
+    def of(cls, tree: Any) -> Packing:
+        leaves, treedef = jax.tree.flatten(tree)
+        for x in leaves:
+            if np.dtype(x.dtype).itemsize > 4:
+                raise TypeError(f"Packing handles dtypes of at most 32 bits, got {x.dtype}")
+        return cls(treedef, tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves))
+
+    @property
+    def size(self) -> int:
+        return sum(int(np.prod(x.shape)) for x in self.leaves)
+
+    def pack(self, tree: Any) -> jax.Array:
+        return jnp.concatenate([lax.bitcast_convert_type(_wide(x), jnp.uint32).ravel()
+                                for x in jax.tree.leaves(tree)])
+
+    def unpack(self, flat: jax.Array) -> Any:
+        chex.assert_shape(flat, (self.size,))
+        leaves, offset = [], 0
+        for x in self.leaves:
+            n = int(np.prod(x.shape))
+            wide = lax.bitcast_convert_type(flat[offset:offset + n], _wide_dtype(x.dtype))
+            leaves.append(wide.reshape(x.shape).astype(x.dtype))
+            offset += n
+        return jax.tree.unflatten(self.treedef, leaves)
+
+
+def _wide_dtype(dtype: Any) -> Any:
+    if np.dtype(dtype).itemsize == 4:
+        return dtype
+    return jnp.float32 if jnp.issubdtype(dtype, jnp.floating) else jnp.int32
+
+
+def _wide(x: jax.Array) -> jax.Array:
+    return x.astype(_wide_dtype(x.dtype))
+
+
+class Programs(NamedTuple):
+    """The compiled programs, exchanging packed vectors (see ``Packing``):
+
+    - ``actor[d](params, carry, run_key, update, env_id, version) -> (carry, pieces)`` on actor
+      device ``d`` (the carry is donated); ``pieces``: one packed ``(trajectory slice, episode
+      sums)`` per learner device, the slice being that device's share of the stream's envs;
+    - ``learner(state, batches) -> (state, metrics, params)``: one update over the learner
+      devices from one batch (all its pieces) per stream; ``metrics`` a vector (``metric_names``),
+      ``params`` the new policy params, packed;
+    - ``pack_params(state) -> params``: the packed policy params of a learner state;
+    - ``init(key) -> RunState``: a fresh run (as ``common.init_state``, all envs).
+    """
+
+    actor: list[Callable]
+    learner: Callable
+    pack_params: Callable
+    init: Callable
+    metric_names: tuple[str, ...]
+
+
+class Layout(NamedTuple):
+    """Where everything lives."""
+
+    actor_devices: list
+    learner_devices: list
+    streams: list[Stream]
+    batch_sharding: Any  # a packed batch: one piece per learner device
+    replicated: Any  # learner state, metrics, params: a copy on every learner device
+
+
+def layout(cfg: Any, devices: Sequence[Any]) -> Layout:
+    actor_devices, learner_devices = split_devices(cfg, devices)
+    per_stream = cfg.num_envs // cfg.runner.num_streams
+    streams = []
+    for s in range(cfg.runner.num_streams):
+        d = s // cfg.runner.actors_per_device
+        ids = jnp.arange(s * per_stream, (s + 1) * per_stream, dtype=jnp.int32)
+        streams.append(Stream(s, actor_devices[d], d, jax.device_put(ids, actor_devices[d])))
+    if len(learner_devices) == 1:
+        single = SingleDeviceSharding(learner_devices[0])
+        return Layout(actor_devices, learner_devices, streams, single, single)
+    mesh = Mesh(np.array(learner_devices), (AXIS,))
+    return Layout(actor_devices, learner_devices, streams, NamedSharding(mesh, P(AXIS)),
+                  NamedSharding(mesh, P()))
+
+
+def to_learner(pieces: Sequence[jax.Array], where: Layout) -> jax.Array:
+    """A stream's packed pieces (one per learner device, on its actor device) -> one batch
+    array over the learner devices. Device-to-device copies only: no op that would queue
+    behind the next rollout on the actor device."""
+    placed = jax.device_put(list(pieces), list(where.learner_devices))
+    if len(placed) == 1:
+        return placed[0]
+    size = placed[0].shape[0]
+    return jax.make_array_from_single_device_arrays((size * len(placed),), where.batch_sharding,
+                                                    placed)
+
+
+def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Programs:
+    """Compile the init, the rollout for every actor device and the update for the learner
+    devices, from shapes alone."""
+    num_learners = len(where.learner_devices)
+    axis = AXIS if num_learners > 1 else None
+    per_stream = cfg.num_envs // cfg.runner.num_streams
+    all_ids = jnp.arange(cfg.num_envs, dtype=jnp.int32)
+
+    def init(key: jax.Array) -> RunState:
+        return init_state(env, algo, key, all_ids)
+
+    run_state = jax.eval_shape(init, jax.random.key(0))
+    learner_state = _on(run_state._replace(env=()), where.replicated)
+    params_packing = Packing.of(algo.policy_params(run_state.learner))
+
+    def rollout(params, carry, run_key, update, env_id, version):
+        carry, traj, sums = collect(env, algo, params_packing.unpack(params), carry, run_key,
+                                    update, cfg.num_steps, env_id, version)
+        width = traj.reward.shape[1] // num_learners
+        pieces = [(jax.tree.map(lambda x, i=i: x[:, i * width:(i + 1) * width], traj), sums)
+                  for i in range(num_learners)]
+        return carry, pieces
+
+    def actor_args(device: Any) -> tuple:
+        carry = jax.tree.map(lambda x: jax.ShapeDtypeStruct((per_stream, *x.shape[1:]), x.dtype),
+                             run_state.env)
+        scalar = jax.ShapeDtypeStruct((), jnp.int32)
+        args = (jax.ShapeDtypeStruct((params_packing.size,), jnp.uint32), carry, run_state.key,
+                scalar, jax.ShapeDtypeStruct((per_stream,), jnp.int32), scalar)
+        return _on(args, SingleDeviceSharding(device))
+
+    piece_packing = Packing.of(jax.eval_shape(rollout, *actor_args(where.actor_devices[0]))[1][0])
+
+    def actor(*args):
+        carry, pieces = rollout(*args)
+        return carry, tuple(piece_packing.pack(piece) for piece in pieces)
+
+    def update(state: RunState, batches: tuple[jax.Array, ...]):
+        pieces = [piece_packing.unpack(batch) for batch in batches]  # this device's share
+        traj = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *[t for t, _ in pieces])
+        sums = jax.tree.map(lambda *xs: sum(xs), *[s for _, s in pieces])
+        staleness = (state.update - traj.policy_version).astype(jnp.float32)
+        state, metrics = learn_update(algo, state, traj, sums, cfg.steps_per_update, axis)
+        mean, most = staleness.mean(), staleness.max()
+        if axis:
+            mean, most = lax.pmean(mean, axis), lax.pmax(most, axis)
+        metrics = {**metrics, "staleness": mean, "staleness_max": most}
+        return state, metrics, params_packing.pack(algo.policy_params(state.learner))
+
+    batch = jax.ShapeDtypeStruct((piece_packing.size * num_learners,), jnp.uint32,
+                                 sharding=where.batch_sharding)
+    batches = (batch,) * len(where.streams)
+    on_learners = functools.partial(spmd, devices=where.learner_devices,
+                                    in_specs=(P(), P(AXIS)), out_specs=P())
+    names = tuple(sorted(jax.eval_shape(on_learners(update), learner_state, batches)[1]))
+
+    def learner(state: RunState, batches: tuple[jax.Array, ...]):
+        state, metrics, params = update(state, batches)
+        return state, jnp.stack([metrics[k].astype(jnp.float32) for k in names]), params
+
+    def pack_params(state: RunState) -> jax.Array:
+        return params_packing.pack(algo.policy_params(state.learner))
+
+    options = compiler_options(cfg)
+    lowered = [jax.jit(actor, donate_argnums=1).lower(*actor_args(d)) for d in where.actor_devices]
+    lowered.append(jax.jit(on_learners(learner)).lower(learner_state, batches))
+    lowered.append(jax.jit(pack_params).lower(learner_state))
+    lowered.append(jax.jit(init).lower(jax.random.key(0)))
+    # One after the other: compiling them in parallel threads was measured 2x slower on 2 cores.
+    compiled = [program.compile(options) for program in lowered]
+    *actor_fns, learner_fn, pack_fn, init_fn = compiled
+    return Programs(actor_fns, learner_fn, pack_fn, init_fn, names)
+
+
+def _on(tree: Any, sharding: Any) -> Any:
+    """Shapes of ``tree`` placed with ``sharding``."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
+
+
+# --------------------------------------------------------------------------- the pipeline
+class Stopped(Exception):
+    """The pipeline is shutting down: a thread leaves quietly."""
+
+
+class Batch(NamedTuple):
+    """One stream's rollout, already on the learner devices."""
+
+    data: jax.Array  # packed (trajectory, episode sums), one piece per learner device
+    version: int  # the params version that acted
+
+
+class Pipeline:
+    """What actor threads and the learner thread share, behind one condition variable: the
+    published params (per actor device, by version), the tickets, the collected batches."""
+
+    KEEP_VERSIONS = 2  # deterministic mode needs the newest two (see ``acting_version``)
+
+    def __init__(self, num_actor_devices: int, queue_size: int):
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._params: list[dict[int, Any]] = [{} for _ in range(num_actor_devices)]
+        self._ready: dict[int, Batch] = {}
+        self._queue_size = queue_size
+        self._reserved = 0  # free-running: tickets handed out
+        self._taken = 0  # tickets the learner took
+        self.max_outstanding = 0  # free-running: most tickets handed out and not yet taken
+
+    def _wait(self, ready: Callable[[], bool]) -> None:
+        while not ready():
+            if self._stopped:
+                raise Stopped
+            self._cond.wait(0.5)  # woken by notify_all; the timeout is only a safety net
+        if self._stopped:
+            raise Stopped
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._params = [{} for _ in self._params]
+            self._ready.clear()
+            self._cond.notify_all()
+
+    def publish(self, version: int, params_per_device: Sequence[Any]) -> None:
+        with self._cond:
+            for store, params in zip(self._params, params_per_device):
+                store[version] = params
+                for old in sorted(store)[: -self.KEEP_VERSIONS]:
+                    del store[old]
+            self._cond.notify_all()
+
+    def params(self, device_index: int, version: int) -> Any:
+        """Exactly the params of ``version`` (deterministic mode); waits for them."""
+        store = self._params[device_index]
+        with self._cond:
+            self._wait(lambda: version in store or max(store, default=-1) > version)
+            if version not in store:
+                raise RuntimeError(f"params version {version} was dropped before use")
+            return store[version]
+
+    def newest_params(self, device_index: int, at_least: int) -> tuple[int, Any]:
+        """(version, params) of the newest params, waiting for ``version >= at_least``."""
+        store = self._params[device_index]
+        with self._cond:
+            self._wait(lambda: max(store, default=-1) >= at_least)
+            version = max(store)
+            return version, store[version]
+
+    def reserve(self) -> int:
+        """Free-running: the next ticket, once fewer than ``queue_size`` are outstanding."""
+        with self._cond:
+            self._wait(lambda: self._reserved - self._taken < self._queue_size)
+            ticket = self._reserved
+            self._reserved += 1
+            self.max_outstanding = max(self.max_outstanding, self._reserved - self._taken)
+            return ticket
+
+    def deliver(self, ticket: int, batch: Batch) -> None:
+        with self._cond:
+            if self._stopped:
+                raise Stopped
+            self._ready[ticket] = batch
+            self._cond.notify_all()
+
+    def take(self, ticket: int) -> tuple[Batch, int]:
+        """The batch of ``ticket`` (waits for it) and how many others are waiting."""
+        with self._cond:
+            self._wait(lambda: ticket in self._ready)
+            self._taken += 1
+            self._cond.notify_all()
+            return self._ready.pop(ticket), len(self._ready)
+
+
+class RoleStats:
+    """Counters a thread writes and others read (floats and ints only)."""
+
+    def __init__(self) -> None:
+        self.rollouts = 0
+        self.busy_s = 0.0
+
+
+def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run_key: jax.Array,
+               first: int, where: Layout, pipeline: Pipeline, stats: RoleStats,
+               carries: list) -> None:
+    """One actor stream: rollouts until the schedule ends (deterministic) or the pipeline stops
+    (free-running). Its n-th rollout draws the keys of update ``first + n``."""
+    runner, num_streams = cfg.runner, cfg.runner.num_streams
+    for n in range(cfg.num_updates - first) if runner.deterministic else itertools.count():
+        update = first + n
+        if runner.deterministic:
+            ticket = n * num_streams + stream.index
+            version = acting_version(runner, first, update)
+            params = pipeline.params(stream.device_index, version)
+        else:
+            ticket = pipeline.reserve()
+            at_least = -1
+            if runner.stale_policy == "correct":  # ticket t is learned in update first + t // S
+                at_least = first + ticket // num_streams - runner.max_staleness
+            version, params = pipeline.newest_params(stream.device_index, at_least)
+        start = time.perf_counter()
+        carry, pieces = program(params, carry, run_key, np.int32(update), stream.env_id,
+                                np.int32(version))
+        jax.block_until_ready((carry, pieces))
+        stats.busy_s += time.perf_counter() - start
+        stats.rollouts += 1
+        carries[stream.index] = carry
+        # Copied to the learner devices here, right away, so the copy overlaps the update.
+        pipeline.deliver(ticket, Batch(to_learner(pieces, where), version))
+
+
+class Chunk(NamedTuple):
+    """Metrics of updates ``first + 1 ... first + n`` as they leave the learner thread."""
+
+    first: int
+    device_rows: list[jax.Array]  # per update: the learner's metric vector
+    host_rows: dict[str, list]  # per update: host-measured values
+    start: float  # when the chunk began (perf_counter)
+    busy: tuple[float, list[float]]  # learner and actor busy seconds when it began
+
+
+def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, where: Layout,
+                 pipeline: Pipeline, actor_stats: list[RoleStats], stats: RoleStats,
+                 events: queue.Queue) -> None:
+    """Updates ``first ... num_updates - 1``, taking tickets in order; publishes params every
+    ``sync_every`` updates; sends a ``Chunk`` of metrics every ``log_every`` updates."""
+    runner, num_streams = cfg.runner, cfg.runner.num_streams
+    ticket, dropped = 0, 0
+
+    def new_chunk(first_update: int) -> Chunk:
+        busy = (stats.busy_s, [s.busy_s for s in actor_stats])
+        return Chunk(first_update, [], {"dropped_batches": [], "queue_depth": []},
+                     time.perf_counter(), busy)
+
+    chunk = new_chunk(first)
+    for update in range(first, cfg.num_updates):
+        batches, depth = [], 0
+        while len(batches) < num_streams:
+            batch, depth = pipeline.take(ticket)
+            ticket += 1
+            if update - batch.version > runner.max_staleness:  # only when free-running
+                dropped += 1
+                continue
+            batches.append(batch)
+        start = time.perf_counter()
+        state, metrics, params = programs.learner(state, tuple(b.data for b in batches))
+        del batches
+        jax.block_until_ready((state, params))
+        stats.busy_s += time.perf_counter() - start
+        if update + 1 < cfg.num_updates and publishes(runner, first, update + 1):
+            publish(params, where, pipeline, update + 1)
+        chunk.device_rows.append(metrics)
+        chunk.host_rows["dropped_batches"].append(dropped)
+        chunk.host_rows["queue_depth"].append(depth)
+        if len(chunk.device_rows) == cfg.log_every or update + 1 == cfg.num_updates:
+            wall, (learner_busy, actor_busy) = time.perf_counter() - chunk.start, chunk.busy
+            n = len(chunk.device_rows)
+            chunk.host_rows["learner_busy"] = [(stats.busy_s - learner_busy) / wall] * n
+            actor_busy = np.mean([s.busy_s - b for s, b in zip(actor_stats, actor_busy)])
+            chunk.host_rows["actor_busy"] = [float(actor_busy) / wall] * n
+            events.put(("metrics", chunk))
+            chunk = new_chunk(update + 1)
+    events.put(("done", state))
+
+
+def publish(params: jax.Array, where: Layout, pipeline: Pipeline, version: int) -> None:
+    """Copy the (packed) policy params to every actor device, ready, and publish them."""
+    copies = jax.device_put([params] * len(where.actor_devices), list(where.actor_devices))
+    jax.block_until_ready(copies)  # an actor must never wait on params inside XLA
+    pipeline.publish(version, copies)
+
+
+class Setup(NamedTuple):
+    """A run ready to start: programs compiled, state placed on its devices."""
+
+    where: Layout
+    programs: Programs
+    first: int  # updates already done
+    learner_state: RunState  # env=(); replicated on the learner devices
+    carries: list[EnvCarry]  # per stream, on its actor device
+    run_keys: list[jax.Array]  # the run key, per actor device
+
+
+def prepare(cfg: Any, key: jax.Array, state: RunState | None = None,
+            devices: Sequence[Any] | None = None) -> Setup:
+    """Split the devices, initialise (or take) the run state, place it and compile."""
+    where = layout(cfg, jax.local_devices() if devices is None else devices)
+    programs = compile_programs(cfg, *build(cfg), where)
+    if state is None:
+        state = programs.init(key)
+    per_stream = cfg.num_envs // cfg.runner.num_streams
+    carries = [
+        jax.device_put(jax.tree.map(lambda x, i=s.index: x[i * per_stream:(i + 1) * per_stream],
+                                    state.env), s.device)
+        for s in where.streams
+    ]
+    learner_state = jax.device_put(state._replace(env=()), where.replicated)
+    run_keys = [jax.device_put(state.key, d) for d in where.actor_devices]
+    return Setup(where, programs, int(state.update), learner_state, carries, run_keys)
+
+
+# --------------------------------------------------------------------------- the entry point
+def run(
+    cfg: Any,
+    key: jax.Array,
+    callbacks: Callbacks | None = None,
+    state: RunState | None = None,
+    devices: Sequence[Any] | None = None,
+) -> TrainResult:
+    """Train ``cfg`` (its ``runner`` an ``AsyncConfig``) from ``key`` or from ``state``, on
+    ``devices`` (default: the local devices). Returns what the sync runner returns; metrics also
+    hold ``staleness``/``staleness_max`` (updates between acting and learning params),
+    ``actor_busy``/``learner_busy`` (fraction of wall time each role computed, per log chunk),
+    ``dropped_batches`` (so far) and ``queue_depth`` (batches waiting when the learner took its
+    last). ``callbacks.on_state`` is called once, with the final state."""
+    try:
+        return _run(cfg, key, callbacks or Callbacks(), state, devices)
+    except BaseException as error:
+        # Nothing the run allocated may outlive it, not even through the exception: clear the
+        # locals of the frames it passed through (all finished now; the threads' frames too).
+        traceback.clear_frames(error.__traceback__)
+        raise
+
+
+def _run(cfg: Any, key: jax.Array, callbacks: Callbacks, state: RunState | None,
+         devices: Sequence[Any] | None) -> TrainResult:
+    start = time.perf_counter()
+    setup = prepare(cfg, key, state, devices)
+    compile_s = time.perf_counter() - start
+    where, programs, first, carries = setup.where, setup.programs, setup.first, setup.carries
+    per_stream = cfg.num_envs // cfg.runner.num_streams
+
+    pipeline = Pipeline(len(where.actor_devices), cfg.runner.queue_size)
+    events: queue.Queue = queue.Queue()
+    actor_stats = [RoleStats() for _ in where.streams]
+    learner_stats = RoleStats()
+    threads = [
+        _thread(f"actor-{s.index}", events, pipeline, actor_loop, cfg, s,
+                programs.actor[s.device_index], carries[s.index], setup.run_keys[s.device_index],
+                first, where, pipeline, actor_stats[s.index], carries)
+        for s in where.streams
+    ]
+    threads.append(_thread("learner", events, pipeline, learner_loop, cfg, programs,
+                           setup.learner_state, first, where, pipeline, actor_stats,
+                           learner_stats, events))
+    publish(programs.pack_params(setup.learner_state), where, pipeline, first)
+    del setup  # the threads own its buffers now
+
+    rows: list[dict] = []
+    try:
+        callbacks.on_start(first)
+        start = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        final = _supervise(threads, events, callbacks, programs.metric_names, rows)
+        train_s = time.perf_counter() - start
+        collected = sum(s.rollouts for s in actor_stats) * per_stream * cfg.num_steps
+    finally:
+        _shut_down(pipeline, threads)
+
+    env_carry = jax.tree.map(lambda *xs: jnp.concatenate(xs),
+                             *jax.device_put(carries, where.actor_devices[0]))
+    final = final._replace(env=env_carry)
+    callbacks.on_state(final, final=True)
+    metrics = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]} if rows else {}
+    timing = {
+        "compile_s": compile_s,
+        "train_s": train_s,
+        "sps": collected / max(train_s, 1e-9),
+        "env_steps_collected": collected,
+        "env_steps_trained": (cfg.num_updates - first) * cfg.steps_per_update,
+        "learner_busy": learner_stats.busy_s / max(train_s, 1e-9),
+        "actor_busy": float(np.mean([s.busy_s for s in actor_stats])) / max(train_s, 1e-9),
+        "max_outstanding": pipeline.max_outstanding,
+    }
+    return TrainResult(final, metrics, timing)
+
+
+def _thread(role: str, events: queue.Queue, pipeline: Pipeline, target: Callable,
+            *args: Any) -> threading.Thread:
+    """A thread running ``target(*args)``; an exception stops the pipeline and goes to the
+    caller through ``events``."""
+    return threading.Thread(target=_guarded, args=(events, pipeline, target, *args),
+                            name=f"{THREAD_PREFIX}-{role}", daemon=True)
+
+
+def _guarded(events: queue.Queue, pipeline: Pipeline, target: Callable, *args: Any) -> None:
+    # Arguments, not a closure: a frame's locals can be cleared, a closure's cells cannot.
+    try:
+        target(*args)
+    except Stopped:
+        pass
+    except BaseException as error:  # noqa: BLE001 - re-raised in the caller
+        pipeline.stop()
+        events.put(("error", error))
+
+
+def _supervise(threads: list[threading.Thread], events: queue.Queue, callbacks: Callbacks,
+               names: tuple[str, ...], rows: list[dict]) -> RunState:
+    """The calling thread's part: deliver metrics to the callbacks until the learner is done;
+    re-raise the first exception of any thread. Waits with a timeout, so Ctrl-C gets through."""
+    learner = threads[-1]
+    while True:
+        try:
+            kind, payload = events.get(timeout=0.2)
+        except queue.Empty:
+            if not learner.is_alive() and events.empty():
+                raise RuntimeError("the learner thread ended without a result") from None
+            continue
+        if kind == "error":
+            raise payload
+        if kind == "done":
+            return payload
+        rows.append(_deliver(payload, names, callbacks))
+
+
+def _deliver(chunk: Chunk, names: tuple[str, ...], callbacks: Callbacks) -> dict[str, np.ndarray]:
+    values = np.stack(jax.device_get(chunk.device_rows))  # [updates, metrics]
+    rows = dict(zip(names, values.T))
+    rows.update({k: np.asarray(v) for k, v in chunk.host_rows.items()})
+    callbacks.on_metrics(chunk.first, rows)
+    return rows
+
+
+def _shut_down(pipeline: Pipeline, threads: list[threading.Thread]) -> None:
+    """Stop the pipeline (waiting threads leave at once) and join every thread started."""
+    pipeline.stop()
+    for thread in threads:
+        if thread.ident is not None:
+            thread.join()

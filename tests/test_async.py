@@ -1,0 +1,274 @@
+"""The async runner: it reproduces the sync runner with lag 0, reproduces itself in deterministic
+mode, bounds memory and staleness when free-running, learns, fails and stops cleanly.
+
+Compiled programs are shared between runs of the same config (``reuse_compiled``); every
+concurrency test has a timeout (see DESIGN.md on the XLA:CPU deadlock)."""
+
+import _thread
+import dataclasses
+import gc
+import threading
+import time
+import traceback
+
+import jax
+import numpy as np
+import pytest
+
+import jaxrl_async as jra
+from jaxrl_async.cli import config_from_args, train_parser
+from jaxrl_async.logging import final_return
+from jaxrl_async.runners import async_
+from jaxrl_async.runners.common import Callbacks
+
+SMALL = dict(env="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=2, update_epochs=2,
+             total_timesteps=8 * 16 * 8, log_every=3)
+HOST_METRICS = {"actor_busy", "learner_busy", "queue_depth", "dropped_batches"}
+
+
+def ppo(runner: dict, **kw) -> jra.PPOConfig:
+    return jra.PPOConfig(**{**SMALL, **kw}, runner=jra.AsyncConfig(**runner))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def reuse_compiled():
+    """Compile once per config and device layout in this module: the programs depend on the
+    runner only through where the actors and learners are, not on its schedule."""
+    cache, compile_programs = {}, async_.compile_programs
+
+    def cached(cfg, env, algo, where):
+        r = cfg.runner
+        layout_only = jra.AsyncConfig(actor_devices=r.actor_devices,
+                                      learner_devices=r.learner_devices,
+                                      actors_per_device=r.actors_per_device)
+        key = (dataclasses.replace(cfg, runner=layout_only), tuple(where.actor_devices),
+               tuple(where.learner_devices))
+        if key not in cache:
+            cache[key] = compile_programs(cfg, env, algo, where)
+        return cache[key]
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(async_, "compile_programs", cached)
+    yield
+    patch.undo()
+
+
+def runner_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(async_.THREAD_PREFIX)]
+
+
+def assert_same_run(a, b, rtol=0.0, atol=0.0, names=None):
+    for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params), strict=True):
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=atol)
+    for name in names or set(a.metrics) - HOST_METRICS:
+        np.testing.assert_allclose(a.metrics[name], b.metrics[name], rtol=rtol, atol=atol,
+                                   err_msg=name)
+
+
+# --------------------------------------------------------------------------- reproducibility
+@pytest.fixture(scope="module")
+def sync_run():
+    return jra.train(jra.PPOConfig(**SMALL), seed=3, progress=False)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("runner, devices", [
+    (dict(lag=0, max_staleness=0), 1),  # one device playing both roles
+    (dict(lag=0, max_staleness=0, actors_per_device=2, learner_devices=2), 3),
+], ids=["shared-device", "2-streams-2-learners"])
+def test_lag_0_reproduces_the_sync_runner(sync_run, runner, devices):
+    out = async_.run(ppo(runner), jax.random.key(3), devices=jax.local_devices()[:devices])
+    assert_same_run(sync_run, out, rtol=1e-5, atol=1e-6, names=sync_run.metrics)
+    np.testing.assert_allclose(sync_run.state.env.obs, out.state.env.obs, rtol=1e-5, atol=1e-6)
+    assert int(out.state.update) == sync_run.metrics["env_steps"].size
+    assert np.all(out.metrics["staleness_max"] == 0)
+
+
+@pytest.mark.timeout(300)
+def test_deterministic_mode_reproduces_a_run_exactly():
+    # 2 actor streams, 2 learner devices, lag 1, params pushed every 2 updates
+    cfg = ppo(dict(actors_per_device=2, learner_devices=2, lag=1, sync_every=2, max_staleness=2))
+    one, two = (async_.run(cfg, jax.random.key(5), devices=jax.local_devices()[:3])
+                for _ in range(2))
+    assert_same_run(one, two)  # bit for bit
+    # rollout k acts with the params of update k - 1, as pushed every 2 updates
+    np.testing.assert_array_equal(one.metrics["staleness"], [0, 1, 2, 1, 2, 1, 2, 1])
+    assert one.timing["env_steps_collected"] == cfg.num_updates * cfg.steps_per_update
+
+
+# --------------------------------------------------------------------------- free-running
+class LiveBuffers(Callbacks):
+    """How many device arrays are alive at every metrics delivery."""
+
+    def __init__(self):
+        self.counts = []
+
+    def on_metrics(self, first_update, rows):
+        self.counts.append(len(jax.live_arrays()))
+
+
+LONG = dict(total_timesteps=8 * 16 * 600, log_every=10)  # 600 updates
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("stale_policy, max_staleness", [("drop", 0), ("correct", 1)])
+def test_free_running_bounds_memory_and_staleness(stale_policy, max_staleness):
+    cfg = ppo(dict(deterministic=False, lag=0, actors_per_device=2, queue_size=3,
+                   max_staleness=max_staleness, stale_policy=stale_policy), **LONG)
+    live = LiveBuffers()
+    out = async_.run(cfg, jax.random.key(0), live)
+    assert out.timing["max_outstanding"] <= cfg.runner.queue_size
+    assert out.metrics["staleness_max"].max() <= max_staleness
+    assert out.metrics["episode_return"].size == cfg.num_updates
+    # No growth over a long run: the count moves with what is in flight (up to ~40 arrays), a
+    # leak of one array per update would add ~400 between the first and last third.
+    third = len(live.counts) // 3
+    assert np.median(live.counts[-third:]) <= np.median(live.counts[:third]) + 15, live.counts
+    dropped = out.metrics["dropped_batches"][-1]
+    if stale_policy == "correct":
+        assert dropped == 0  # the actors waited instead
+    else:  # actors that ran ahead with params one update old saw their batch dropped
+        assert dropped > 0
+    collected = out.timing["env_steps_collected"]
+    assert collected >= out.timing["env_steps_trained"] + dropped * cfg.steps_per_update // 2
+
+
+# --------------------------------------------------------------------------- failure
+class Boom(RuntimeError):
+    pass
+
+
+def failing(fn, after: int, raised_at: list):
+    """``fn``, except that its call number ``after`` raises ``Boom``."""
+    calls = []
+
+    def step(*args):
+        calls.append(1)
+        if len(calls) == after:
+            raised_at.append(time.perf_counter())
+            raise Boom("injected")
+        return fn(*args)
+
+    return step
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("role", ["actor", "learner"])
+def test_an_exception_in_a_thread_reaches_the_caller(monkeypatch, role):
+    cfg = ppo(dict(actors_per_device=2), **LONG)
+    compile_programs, raised_at = async_.compile_programs, []
+
+    def with_failure(*args):
+        programs = compile_programs(*args)
+        if role == "actor":
+            return programs._replace(actor=[failing(programs.actor[0], 4, raised_at)])
+        return programs._replace(learner=failing(programs.learner, 4, raised_at))
+
+    monkeypatch.setattr(async_, "compile_programs", with_failure)
+    key = jax.random.key(0)
+    async_.prepare(cfg, key)  # compiled (and cached) before counting buffers
+    gc.collect()
+    threads_before, buffers_before = set(threading.enumerate()), len(jax.live_arrays())
+    with pytest.raises(Boom) as error:
+        async_.run(cfg, key)
+    assert time.perf_counter() - raised_at[0] < 3.0
+    text = "".join(traceback.format_tb(error.value.__traceback__))
+    assert "in step" in text and f"{role}_loop" in text  # the original traceback
+    assert runner_threads() == [] and set(threading.enumerate()) <= threads_before
+    gc.collect()
+    assert len(jax.live_arrays()) <= buffers_before  # while the exception is still held
+
+
+class InterruptAtFirstMetrics(Callbacks):
+    def on_metrics(self, first_update, rows):
+        _thread.interrupt_main()  # as Ctrl-C does; raised in the caller's thread right after
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_stops_every_thread():
+    cfg = ppo(dict(actors_per_device=2), **LONG)
+    with pytest.raises(KeyboardInterrupt):
+        async_.run(cfg, jax.random.key(0), InterruptAtFirstMetrics())
+    assert runner_threads() == []
+
+
+# --------------------------------------------------------------------------- config
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(learner_devices=0), "AsyncConfig.learner_devices"),
+    (dict(actor_devices=-1), "AsyncConfig.actor_devices"),
+    (dict(lag=2), "AsyncConfig.lag"),
+    (dict(lag=1, max_staleness=0), "AsyncConfig.max_staleness"),
+    (dict(sync_every=4, max_staleness=2), "AsyncConfig.max_staleness"),
+    (dict(queue_size=0), "AsyncConfig.queue_size"),
+    (dict(stale_policy="keep"), "AsyncConfig.stale_policy"),
+])
+def test_bad_runner_config_names_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        jra.AsyncConfig(**kwargs)
+
+
+def test_envs_must_split_over_streams_and_learner_devices():
+    with pytest.raises(ValueError, match=r"PPOConfig.num_envs must be divisible by .* = 4"):
+        ppo(dict(actors_per_device=2, learner_devices=2), num_envs=6)
+
+
+def test_too_many_devices_is_refused_before_anything_starts(devices):
+    cfg = ppo(dict(actor_devices=2, learner_devices=len(devices)))
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"PPOConfig.runner.learner_devices must leave"):
+        jra.train(cfg, progress=False)
+    assert time.perf_counter() - start < 1.0 and runner_threads() == []
+
+
+def test_device_split(devices):
+    cfg = ppo(dict(actor_devices=1, learner_devices=2))
+    assert async_.split_devices(cfg, devices) == ([devices[0]], devices[1:3])
+    assert async_.split_devices(ppo({}), devices[:1]) == ([devices[0]], [devices[0]])
+
+
+def test_cli_builds_an_async_config():
+    args = train_parser("impala").parse_args(
+        ["--algo", "impala", "--runner", "async", "--learner-devices", "2", "--no-deterministic",
+         "--max-staleness", "3", "--num-envs", "16"])
+    cfg = config_from_args(args)
+    assert cfg == jra.ImpalaConfig(num_envs=16, runner=jra.AsyncConfig(
+        learner_devices=2, deterministic=False, max_staleness=3))
+
+
+def test_packing_is_exact():
+    tree = {"f": np.array([1.5, -np.inf, np.nan], np.float32),
+            "i": np.array([-3, 2**31 - 1], np.int32),
+            "b": np.array([True, False]), "u8": np.arange(3, dtype=np.uint8),
+            "h": np.array([0.1], np.float16)}
+    packing = async_.Packing.of(tree)
+    back = jax.jit(lambda t: packing.unpack(packing.pack(t)))(tree)
+    for name in tree:
+        assert back[name].dtype == tree[name].dtype
+        np.testing.assert_array_equal(back[name], tree[name])
+
+
+# --------------------------------------------------------------------------- learning
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("algo", ["ppo", "impala"])
+def test_async_learns_cartpole(algo):
+    # Budget: 5e5 env steps, lag 1 on one actor and one learner device. PPO: PureJaxRL's
+    # settings; IMPALA: ImpalaConfig's defaults.
+    config = jra.PPOConfig if algo == "ppo" else jra.ImpalaConfig
+    cfg = config(env="CartPole-v1", total_timesteps=500_000, runner=jra.AsyncConfig(lag=1))
+    out = jra.train(cfg, seed=0, progress=False)
+    assert np.nanmean(out.metrics["episode_return"][:3]) < 100
+    assert final_return(out.metrics) >= 450, out.metrics["episode_return"][-20:]
+    assert np.all(out.metrics["staleness"][1:] == 1)
+    if algo == "impala":  # the data is an update old: V-trace's importance weights are at work
+        assert np.abs(out.metrics["rho_mean"][1:] - 1.0).max() > 1e-3
+
+
+@pytest.mark.timeout(600)
+def test_impala_learns_minatar_breakout():
+    # A random policy scores about 0.25 per episode; budget 3e5 env steps (about 10 s here).
+    cfg = jra.ImpalaConfig(env="Breakout-MinAtar", torso="mlp", total_timesteps=300_000,
+                           runner=jra.AsyncConfig(lag=1))
+    out = jra.train(cfg, seed=0, progress=False)
+    returns = out.metrics["episode_return"]
+    assert np.nanmean(returns[:5]) < 0.5
+    assert final_return(out.metrics) >= 2.0, returns[-20:]

@@ -1,10 +1,13 @@
 """jaxrl_async: fast, vectorized, asynchronous reinforcement learning in JAX."""
 
 from jaxrl_async.algos.ppo import PPOConfig
+from jaxrl_async.checkpoint import CheckpointError
 from jaxrl_async.config import SyncConfig
 from jaxrl_async.envs import EnvSpec, env_spec, make_env
-from jaxrl_async.runners.common import RunState, TrainResult
-from jaxrl_async.train import make_train, train
+from jaxrl_async.evaluate import evaluate, save_gif
+from jaxrl_async.runners.common import RunState, TrainingInterrupted, TrainResult
+from jaxrl_async.sweep import LogUniform, SweepResult, Uniform, random_search, sweep
+from jaxrl_async.train import load_config, make_train, train
 
 __all__ = [
     "PPOConfig",
@@ -14,6 +17,16 @@ __all__ = [
     "make_env",
     "make_train",
     "train",
+    "load_config",
+    "evaluate",
+    "save_gif",
+    "sweep",
+    "random_search",
+    "SweepResult",
+    "Uniform",
+    "LogUniform",
+    "CheckpointError",
+    "TrainingInterrupted",
     "RunState",
     "TrainResult",
 ]

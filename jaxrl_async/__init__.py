@@ -6,7 +6,14 @@ from jaxrl_async.config import SyncConfig
 from jaxrl_async.envs import EnvSpec, env_spec, make_env
 from jaxrl_async.evaluate import evaluate, save_gif
 from jaxrl_async.runners.common import RunState, TrainingInterrupted, TrainResult
-from jaxrl_async.sweep import LogUniform, SweepResult, Uniform, random_search, sweep
+from jaxrl_async.sweep import (
+    LogUniform,
+    SweepResult,
+    Uniform,
+    random_search,
+    sweep,
+    use_cpu_cores,
+)
 from jaxrl_async.train import load_config, make_train, train
 
 __all__ = [
@@ -25,6 +32,7 @@ __all__ = [
     "SweepResult",
     "Uniform",
     "LogUniform",
+    "use_cpu_cores",
     "CheckpointError",
     "TrainingInterrupted",
     "RunState",

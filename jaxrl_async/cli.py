@@ -266,28 +266,13 @@ def _parse_range(text: str) -> tuple[str, Any]:
     return name, kinds[parts[0]](float(parts[1]), float(parts[2]))
 
 
-def use_cpu_cores() -> None:
-    """On a CPU, one XLA device per core (unless XLA_FLAGS says otherwise), so a sweep's runs
-    spread over the cores: XLA:CPU runs one small program on one core. Only possible before
-    JAX starts its backends; a no-op after, and for other platforms."""
-    import os
-
-    import jax
-
-    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
-        return
-    try:
-        jax.config.update("jax_num_cpu_devices", os.cpu_count() or 1)
-    except RuntimeError:
-        pass  # backends already started
-
-
 def cmd_sweep(argv: list[str]) -> int:
     args = sweep_parser(_algo_of(argv)).parse_args(argv)
-    use_cpu_cores()
     from jaxrl_async import logging as sinks
     from jaxrl_async.config import to_dict
-    from jaxrl_async.sweep import check_sweepable, random_search, sweep
+    from jaxrl_async.sweep import check_sweepable, random_search, sweep, use_cpu_cores
+
+    use_cpu_cores()
 
     try:
         cfg = config_from_args(args)

@@ -472,6 +472,22 @@ def run_points(
     )
 
 
+def use_cpu_cores() -> bool:
+    """On a CPU, make one XLA device per core, so a sweep's runs spread over all cores (XLA:CPU
+    runs one small program on one core; ``vmap`` alone does not use more). Call it right after
+    ``import jax``, before anything runs; returns False (and changes nothing) when it is too
+    late or ``XLA_FLAGS`` already sets a device count. Harmless on GPU/TPU machines."""
+    import os
+
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return False
+    try:
+        jax.config.update("jax_num_cpu_devices", os.cpu_count() or 1)
+    except RuntimeError:  # the backends have started
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def count_compiles() -> Iterator[list[str]]:
     """Collect the names of the XLA programs compiled inside the block (via

@@ -2,22 +2,27 @@
 trained alone, static fields rejected by name, the table, plots and random search."""
 
 import csv
+import importlib
+import json
 
 import jax
 import numpy as np
 import pytest
 
 import jaxrl_async as jra
+from jaxrl_async.cli import main
 from jaxrl_async.sweep import count_compiles, grid_points, sample_points
 
 TINY = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
                      update_epochs=2, total_timesteps=4 * 16 * 5, log_every=2)
+sweep_module = importlib.import_module("jaxrl_async.sweep")  # jra.sweep is the function
 GRID = {"lr": [1e-3, 3e-4, 1e-4], "ent_coef": [0.0, 0.05]}
 SEEDS = 3  # 6 configs x 3 seeds = 18 runs: padded to 20 on 4 devices
 
 
 @pytest.fixture(scope="module")
 def swept(devices):
+    sweep_module._program.cache_clear()  # so the count below sees this sweep's compile
     with count_compiles() as compiled:
         result = jra.sweep(TINY, grid=GRID, seeds=SEEDS, progress=True)
     return result, compiled
@@ -132,3 +137,26 @@ def test_sweep_rejects_a_multi_device_run():
     cfg = jra.PPOConfig(**{**TINY.__dict__, "runner": jra.SyncConfig(num_devices=2)})
     with pytest.raises(ValueError, match="one device per run"):
         jra.sweep(cfg, grid={"lr": [1e-3]})
+
+
+def test_sweep_command_line(swept, tmp_path, capsys):
+    # The same sweep as the fixture's, from the command line: the sweep program is cached by
+    # shape and static config, so it is not compiled again.
+    out = tmp_path / "sweep"
+    with count_compiles() as compiled:
+        code = main(["sweep", "--total-timesteps", "320", "--num-envs", "4", "--num-steps",
+                     "16", "--num-minibatches", "2", "--update-epochs", "2", "--log-every", "2",
+                     "--grid", "lr=1e-3,3e-4,1e-4", "--grid", "ent_coef=0,0.05", "--seeds",
+                     "3", "--out", str(out)])
+    assert code == 0 and compiled == []
+    captured = capsys.readouterr()
+    text = captured.out
+    assert "6 configs x 3 seeds = 18 runs on 4 device(s), one compile" in text
+    assert "best:" in text and "SPS=" in captured.err  # the progress bar
+    rows = (out / "results.csv").read_text().splitlines()
+    assert rows[0] == "config,lr,ent_coef,seed,final_return,auc,sps" and len(rows) == 19
+    best = json.loads((out / "best.json").read_text())
+    assert best["config"]["_type"] == "PPOConfig" and best["lr"] in (1e-3, 3e-4, 1e-4)
+    assert (out / "sweep.png").stat().st_size > 1000
+    assert main(["sweep", "--grid", "num_envs=4,8", "--no-progress"]) == 2
+    assert "PPOConfig.num_envs is static" in capsys.readouterr().err

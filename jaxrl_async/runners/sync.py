@@ -10,6 +10,7 @@ are global, so D devices compute what one device computes, to float tolerance.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -116,26 +117,8 @@ def run(
     ``on_state(final=True)``, and raises ``TrainingInterrupted`` (see ``StopOnInterrupt``)."""
     callbacks = callbacks or Callbacks()
     check_devices("num_devices", cfg.runner.num_devices, cfg)
-    prog = program(cfg)
-    chunk = min(cfg.log_every, cfg.num_updates)
-
-    def run_chunk(state: RunState, n: jax.Array) -> tuple[RunState, dict]:
-        shapes = jax.eval_shape(prog.update, state)[1]
-        buffers = jax.tree.map(lambda s: jnp.zeros((chunk, *s.shape), s.dtype), shapes)
-
-        def body(i, carry):
-            state, buffers = carry
-            state, metrics = prog.update(state)
-            return state, jax.tree.map(lambda b, m: b.at[i].set(m), buffers, metrics)
-
-        return lax.fori_loop(0, n, body, (state, buffers))
-
     start = time.perf_counter()
-    init_fn = jax.jit(spmd(prog.init, prog.num_devices, P(), STATE_SPEC))
-    chunk_fn = jax.jit(
-        spmd(run_chunk, prog.num_devices, (STATE_SPEC, P()), (STATE_SPEC, P())),
-        donate_argnums=0,
-    )
+    prog, init_fn, chunk_fn, chunk = _host_programs(cfg)
     if state is None:
         state = init_fn.lower(key).compile(compiler_options(cfg))(key)
     else:
@@ -174,6 +157,32 @@ def run(
     if end < cfg.num_updates:
         raise TrainingInterrupted(result)
     return result
+
+
+@functools.cache
+def _host_programs(cfg: Any) -> tuple[Program, Callable, Callable, int]:
+    """The host loop's jitted init and chunk functions for ``cfg`` (cached: running the same
+    config again, or resuming it, reuses the compiled programs)."""
+    prog = program(cfg)
+    chunk = min(cfg.log_every, cfg.num_updates)
+
+    def run_chunk(state: RunState, n: jax.Array) -> tuple[RunState, dict]:
+        shapes = jax.eval_shape(prog.update, state)[1]
+        buffers = jax.tree.map(lambda s: jnp.zeros((chunk, *s.shape), s.dtype), shapes)
+
+        def body(i, carry):
+            state, buffers = carry
+            state, metrics = prog.update(state)
+            return state, jax.tree.map(lambda b, m: b.at[i].set(m), buffers, metrics)
+
+        return lax.fori_loop(0, n, body, (state, buffers))
+
+    init_fn = jax.jit(spmd(prog.init, prog.num_devices, P(), STATE_SPEC))
+    chunk_fn = jax.jit(
+        spmd(run_chunk, prog.num_devices, (STATE_SPEC, P()), (STATE_SPEC, P())),
+        donate_argnums=0,
+    )
+    return prog, init_fn, chunk_fn, chunk
 
 
 def place(state: RunState, num_devices: int) -> RunState:

@@ -165,7 +165,11 @@ def save_gif(
     Works for the envs gymnax draws: MinAtar, bsuite Catch, and the classic-control ones
     (those need ``pip install jaxrl_async[render]``, for pygame).
     """
+    import os
+
     import gymnax
+
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # pygame (classic control): no sound
     from gymnax.visualize import Visualizer
 
     params, moments = _split(params, cfg, obs_moments)

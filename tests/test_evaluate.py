@@ -8,6 +8,7 @@ import pytest
 
 import jaxrl_async as jra
 from jaxrl_async.envs import RunningMoments
+from jaxrl_async.runners import sync
 from jaxrl_async.runners.common import build
 
 CARTPOLE = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
@@ -60,7 +61,8 @@ def test_continuous_greedy_action_is_the_mean():
 
 def test_normalised_run_is_evaluated_with_its_frozen_statistics():
     cfg = jra.PPOConfig(**{**CARTPOLE.__dict__, "normalize_obs": True})
-    result = jax.jit(jra.make_train(cfg))(jax.random.key(0))
+    state = jax.jit(sync.program(cfg).init)(jax.random.key(0))  # moments of the first obs
+    result = jra.TrainResult(state, {})
     with pytest.raises(ValueError, match="normalize_obs is set: evaluation needs the training "
                                          "statistics"):
         jra.evaluate(result.params, cfg, 4)

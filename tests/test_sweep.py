@@ -37,9 +37,9 @@ def test_whole_sweep_is_one_compile_over_all_devices(swept):
     assert jax.tree.leaves(result.params)[0].shape[:2] == (6, SEEDS)
 
 
-@pytest.mark.parametrize("config, seed", [(0, 2), (5, 0)])  # first and last config (padding)
-def test_each_run_equals_that_config_trained_alone(swept, config, seed):
+def test_each_run_equals_that_config_trained_alone(swept):
     result, _ = swept
+    config, seed = 5, 2  # the last run: on the last device, next to the padding
     cfg = result.configs[config]
     assert (cfg.lr, cfg.ent_coef) == (result.points[config]["lr"],
                                       result.points[config]["ent_coef"])

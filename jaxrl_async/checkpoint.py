@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_async.config import to_dict
-from jaxrl_async.runners.common import Callbacks, RunState, build, init_state
+from jaxrl_async.runners.common import Callbacks, RunState, build, init_state, runner_module
 
 CHECKPOINTS = "checkpoints"
 
@@ -81,7 +81,11 @@ def to_arrays(state: RunState) -> tuple[dict, dict[str, str]]:
 
 def abstract_state(cfg: Any) -> RunState:
     """Shapes and dtypes of the full (all devices) run state ``cfg`` trains: the template a
-    checkpoint is checked against and restored into."""
+    checkpoint is checked against and restored into (the runner's ``abstract_state`` when it
+    has one, else ``init_state``'s layout with every env)."""
+    runner = runner_module(cfg)
+    if hasattr(runner, "abstract_state"):
+        return runner.abstract_state(cfg)
     env, algo = build(cfg)
     env_id = jnp.arange(cfg.num_envs, dtype=jnp.int32)
     return jax.eval_shape(lambda key: init_state(env, algo, key, env_id), jax.random.key(0))

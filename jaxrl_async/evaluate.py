@@ -37,7 +37,7 @@ def _split(source: Any, cfg: Any, moments: RunningMoments | None):
     """(policy params, moments) from params, a ``RunState`` or a ``TrainResult``."""
     if isinstance(source, TrainResult):
         source = source.state
-    if isinstance(source, RunState):
+    if isinstance(source, RunState) or hasattr(source, "learner") and hasattr(source, "env"):
         params = _env_algo(cfg)[1].policy_params(source.learner)
         return params, obs_moments(source) if moments is None else moments
     return source, moments

@@ -16,7 +16,12 @@ from jaxrl_async import checkpoint
 from jaxrl_async import logging as sinks
 from jaxrl_async.config import from_dict, to_dict
 from jaxrl_async.runners import sync
-from jaxrl_async.runners.common import Callbacks, TrainingInterrupted, TrainResult
+from jaxrl_async.runners.common import (
+    Callbacks,
+    TrainingInterrupted,
+    TrainResult,
+    runner_module,
+)
 
 
 def make_train(cfg: Any) -> Callable[[jax.Array], TrainResult]:
@@ -32,14 +37,6 @@ def make_train(cfg: Any) -> Callable[[jax.Array], TrainResult]:
 def default_run_dir(cfg: Any, root: str = "runs") -> Path:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path(root) / f"{cfg.name}_{cfg.env}_{cfg.runner.name}_{stamp}"
-
-
-def _runner(cfg: Any):
-    if cfg.runner.name == "sync":
-        return sync.run
-    from jaxrl_async.runners import async_
-
-    return async_.run
 
 
 def load_config(run_dir: str | Path) -> Any:
@@ -120,7 +117,7 @@ def train(
 
     interrupted = None
     try:
-        result = _runner(cfg)(cfg, jax.random.key(seed), fanout, state=state)
+        result = runner_module(cfg).run(cfg, jax.random.key(seed), fanout, state=state)
     except TrainingInterrupted as e:
         interrupted, result = e, e.result
     finally:

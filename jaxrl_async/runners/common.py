@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import signal
 import threading
 from typing import Any, NamedTuple
@@ -88,6 +89,15 @@ class StopOnInterrupt:
     def __exit__(self, *exc: Any) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+
+
+def runner_module(cfg: Any) -> Any:
+    """The module of ``cfg``'s runner: ``jaxrl_async.runners.sync`` or ``.async_``. Besides
+    ``run(cfg, key, callbacks, state=None)``, a runner whose state is not laid out like
+    ``init_state``'s may define ``abstract_state(cfg)`` (checkpoints are checked and restored
+    against it)."""
+    name = {"sync": "sync", "async": "async_"}[cfg.runner.name]
+    return importlib.import_module(f"jaxrl_async.runners.{name}")
 
 
 def build(cfg: Any) -> tuple[VecEnv, Algorithm]:

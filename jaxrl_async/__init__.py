@@ -1,5 +1,6 @@
 """jaxrl_async: fast, vectorized, asynchronous reinforcement learning in JAX."""
 
+from jaxrl_async import distributed
 from jaxrl_async.algos.ppo import PPOConfig
 from jaxrl_async.checkpoint import CheckpointError
 from jaxrl_async.config import SyncConfig
@@ -17,6 +18,7 @@ from jaxrl_async.sweep import (
 from jaxrl_async.train import load_config, make_train, train
 
 __all__ = [
+    "distributed",
     "PPOConfig",
     "SyncConfig",
     "EnvSpec",

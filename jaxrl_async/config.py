@@ -198,7 +198,8 @@ class SyncConfig:
     """The fused on-device runner: rollout and update in one ``lax.scan``."""
 
     num_devices: int = static(1, positive_int)
-    """Local devices to run data-parallel over (``num_envs`` is split across them)."""
+    """Devices to run data-parallel over, num_envs split across them (in a distributed run,
+    the devices of all processes)."""
 
     name = "sync"
 
@@ -229,6 +230,9 @@ class TrainConfig:
     """Runner: SyncConfig(...) or AsyncConfig(...)."""
     log_every: int = static(10, positive_int)
     """Updates between metric fetches to the host (progress bar, sinks)."""
+    grad_accum_steps: int = static(1, positive_int)
+    """Split each learner batch into this many micro-batches and accumulate their gradients
+    (same result, less activation memory)."""
     fast_compile: bool = static(False, boolean)
     """Compile with XLA:CPU's legacy emitters: ~40% less compile time, ~15% slower steps (for
     short runs and sweeps on a CPU; ignored on other platforms)."""

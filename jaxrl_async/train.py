@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,8 @@ def train(
 
     With ``run_dir``, writes there ``config.json``, ``metrics.jsonl``, ``metrics.csv``,
     TensorBoard events (``cfg.tensorboard``), checkpoints (every ``cfg.checkpoint_every``
-    updates and at the end), ``learning_curve.png`` and ``summary.json``.
+    updates and at the end), ``learning_curve.png`` and ``summary.json`` (the main process
+    only, in a distributed run; checkpoints are not written in multi-process runs yet).
 
     ``resume=RUN_DIR`` continues that run from its newest checkpoint, in that directory
     (``cfg`` defaults to the run's own; only its ``io_fields`` may differ). The result, files
@@ -92,7 +94,8 @@ def train(
         seed = json.loads((resume / "config.json").read_text()).get("seed", seed)
         done = int(state.update)
         earlier = sinks.read_metrics(resume / "metrics.jsonl", up_to=done)
-        sinks.truncate_metrics(resume, done)
+        if jax.process_index() == 0:
+            sinks.truncate_metrics(resume, done)
     elif cfg is None:
         raise ValueError("train() needs a config, or resume=RUN_DIR")
     elif run_dir is not None and _holds_a_run(Path(run_dir)):
@@ -100,6 +103,8 @@ def train(
                          "or choose another run directory")
 
     writers: list[Any] = []
+    if jax.process_index() != 0:  # in a distributed run only the main process writes
+        run_dir, progress = None, False
     if run_dir is not None:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -108,7 +113,10 @@ def train(
                     sinks.CsvSink(run_dir / "metrics.csv")]
         if cfg.tensorboard:
             writers.append(sinks.TensorBoardSink(run_dir / "tensorboard"))
-        writers.append(checkpoint.CheckpointSink(run_dir, cfg))
+        if jax.process_count() == 1:
+            writers.append(checkpoint.CheckpointSink(run_dir, cfg))
+        else:  # the env states live on every process: a save needs them all (orbax multihost)
+            warnings.warn("checkpoints are not written in multi-process runs yet", stacklevel=2)
     if progress:
         writers.append(sinks.ProgressBar(cfg.num_updates * cfg.steps_per_update,
                                          cfg.steps_per_update, desc=f"{cfg.name} {cfg.env}"))

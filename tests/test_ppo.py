@@ -79,3 +79,14 @@ def test_host_level_train_returns_what_make_train_returns(tmp_path):
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == cfg.num_updates
     assert final_return(host.metrics) == pytest.approx(final_return(pure.metrics))
+
+
+def test_gradient_accumulation_gives_the_full_batch_result():
+    full = jax.jit(jra.make_train(SMALL))(jax.random.key(4))
+    accum_cfg = jra.PPOConfig(**{**SMALL.__dict__, "grad_accum_steps": 4})
+    accum = jax.jit(jra.make_train(accum_cfg))(jax.random.key(4))
+    for a, b in zip(jax.tree.leaves(full.params), jax.tree.leaves(accum.params)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(full.metrics["loss"], accum.metrics["loss"], rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="PPOConfig.grad_accum_steps must divide"):
+        jra.PPOConfig(**{**SMALL.__dict__, "grad_accum_steps": 3})

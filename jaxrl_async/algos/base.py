@@ -56,6 +56,26 @@ class LearnerState(NamedTuple):
     opt_state: Any
 
 
+def accumulated_grad(
+    loss: Callable[..., tuple[jax.Array, Any]], params: Any, batch: tuple, micro_batches: int
+) -> tuple[Any, Any]:
+    """``jax.grad(loss, has_aux=True)(params, *batch)``, computed over ``micro_batches`` equal
+    slices of the batch's leading axis and averaged: the same gradient for a mean loss, with
+    1/micro_batches of the activation memory (gradient accumulation)."""
+    grad_fn = jax.grad(loss, has_aux=True)
+    if micro_batches == 1:
+        return grad_fn(params, *batch)
+    micro = jax.tree.map(lambda x: x.reshape(micro_batches, -1, *x.shape[1:]), batch)
+
+    def add(total, one):
+        return jax.tree.map(jax.numpy.add, total, grad_fn(params, *one)), None
+
+    zeros = jax.tree.map(jax.numpy.zeros_like,
+                         jax.eval_shape(grad_fn, params, *jax.tree.map(lambda x: x[0], micro)))
+    total, _ = lax.scan(add, zeros, micro)
+    return jax.tree.map(lambda x: x / micro_batches, total)
+
+
 def pmean(tree: Any, axis_name: str | None) -> Any:
     """``lax.pmean`` over ``axis_name``, or the identity when there is no such axis."""
     return tree if axis_name is None else lax.pmean(tree, axis_name)

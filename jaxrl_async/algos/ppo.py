@@ -11,7 +11,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_async.algos.base import Algorithm, LearnerState, Trajectory, pmean
+from jaxrl_async.algos.base import (
+    Algorithm,
+    LearnerState,
+    Trajectory,
+    accumulated_grad,
+    pmean,
+)
 from jaxrl_async.algos.returns import gae
 from jaxrl_async.config import (
     TrainConfig,
@@ -63,6 +69,9 @@ class PPOConfig(TrainConfig):
         if self.num_steps % self.num_minibatches:
             fail(self, "num_minibatches", f"must divide num_steps = {self.num_steps} (each "
                  "minibatch takes num_steps / num_minibatches steps of every env)")
+        elif (self.num_steps // self.num_minibatches) % self.grad_accum_steps:
+            fail(self, "grad_accum_steps", "must divide the steps per minibatch, num_steps / "
+                 f"num_minibatches = {self.num_steps // self.num_minibatches}")
 
 
 def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
@@ -136,8 +145,8 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
                 mean = pmean(adv.mean(), axis_name)
                 std = jnp.sqrt(jnp.maximum(pmean(jnp.square(adv).mean(), axis_name) - mean**2, 0))
                 adv = (adv - mean) / (std + 1e-8)
-            grads, metrics = jax.grad(loss, has_aux=True)(
-                state.params, obs, action, extras, adv, target
+            grads, metrics = accumulated_grad(
+                loss, state.params, (obs, action, extras, adv, target), cfg.grad_accum_steps
             )
             grads = pmean(grads, axis_name)
             updates, opt_state = optimizer.update(grads, state.opt_state, state.params)

@@ -144,12 +144,14 @@ def compiler_options(cfg: Any) -> dict[str, Any]:
     return {}
 
 
-def check_devices(field: str, wanted: int, cfg: Any) -> None:
-    """``ValueError`` naming ``field`` when more devices are wanted than exist."""
-    have = jax.local_device_count()
+def check_devices(field: str, wanted: int, cfg: Any, *, local: bool = True) -> None:
+    """``ValueError`` naming ``field`` when more devices are wanted than exist (this process's
+    devices, or with ``local=False`` those of all processes of a distributed run)."""
+    have = jax.local_device_count() if local else jax.device_count()
     if wanted > have:
+        where = "local" if local else "global (all processes)"
         raise ValueError(
-            f"{type(cfg).__name__}.runner.{field} must be <= the {have} local device(s), got "
+            f"{type(cfg).__name__}.runner.{field} must be <= the {have} {where} device(s), got "
             f"{wanted} (on a CPU, set XLA_FLAGS=--xla_force_host_platform_device_count=N "
             "before importing jax)"
         )

@@ -80,10 +80,11 @@ def program(cfg: Any) -> Program:
 
 
 def spmd(fn: Callable, num_devices: int, in_specs: Any, out_specs: Any) -> Callable:
-    """``fn`` itself on one device, else ``shard_map``-ed over the first ``num_devices``."""
+    """``fn`` itself on one device, else ``shard_map``-ed over the first ``num_devices`` devices
+    (of all processes, in a distributed run)."""
     if num_devices == 1:
         return fn
-    mesh = Mesh(np.array(jax.local_devices()[:num_devices]), (AXIS,))
+    mesh = Mesh(np.array(jax.devices()[:num_devices]), (AXIS,))
     return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
 
 
@@ -101,7 +102,7 @@ def train_with_config(cfg: Any, key: jax.Array) -> TrainResult:
 
 def make_train(cfg: Any) -> Callable[[jax.Array], TrainResult]:
     """A pure function ``key -> TrainResult`` running all of training on device."""
-    check_devices("num_devices", cfg.runner.num_devices, cfg)
+    check_devices("num_devices", cfg.runner.num_devices, cfg, local=False)
     return lambda key: train_with_config(cfg, key)
 
 
@@ -116,7 +117,7 @@ def run(
     restored checkpoint) instead of a fresh init. Ctrl-C stops after the chunk in flight, with
     ``on_state(final=True)``, and raises ``TrainingInterrupted`` (see ``StopOnInterrupt``)."""
     callbacks = callbacks or Callbacks()
-    check_devices("num_devices", cfg.runner.num_devices, cfg)
+    check_devices("num_devices", cfg.runner.num_devices, cfg, local=False)
     start = time.perf_counter()
     prog, init_fn, chunk_fn, chunk = _host_programs(cfg)
     if state is None:
@@ -190,7 +191,7 @@ def place(state: RunState, num_devices: int) -> RunState:
     it: on the first device, or sharded over ``num_devices`` like ``init`` leaves it."""
     if num_devices == 1:
         return jax.device_put(state, jax.local_devices()[0])
-    mesh = Mesh(np.array(jax.local_devices()[:num_devices]), (AXIS,))
+    mesh = Mesh(np.array(jax.devices()[:num_devices]), (AXIS,))
     return jax.tree.map(lambda spec, sub: jax.device_put(sub, NamedSharding(mesh, spec)),
                         STATE_SPEC, state, is_leaf=lambda x: isinstance(x, P))
 

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUNNER ?= sync
 ARGS ?=
 
-.PHONY: setup train test bench lint clean
+.PHONY: setup train test bench bench-sweep lint clean
 
 setup: $(STAMP)
 
@@ -28,6 +28,9 @@ bench: $(STAMP)
 	$(PY) experiments/bench_sync.py --preset cartpole-ref --baseline --fast-compile
 	$(PY) experiments/bench_sync.py --preset cartpole-large --baseline --repeats 1
 	$(PY) experiments/bench_async.py
+
+bench-sweep: $(STAMP)
+	$(PY) experiments/bench_sweep.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

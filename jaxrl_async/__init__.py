@@ -3,10 +3,20 @@
 from jaxrl_async import distributed
 from jaxrl_async.algos.impala import ImpalaConfig
 from jaxrl_async.algos.ppo import PPOConfig
+from jaxrl_async.checkpoint import CheckpointError
 from jaxrl_async.config import AsyncConfig, SyncConfig
 from jaxrl_async.envs import EnvSpec, env_spec, make_env
-from jaxrl_async.runners.common import RunState, TrainResult
-from jaxrl_async.train import make_train, train
+from jaxrl_async.evaluate import evaluate, save_gif
+from jaxrl_async.runners.common import RunState, TrainingInterrupted, TrainResult
+from jaxrl_async.sweep import (
+    LogUniform,
+    SweepResult,
+    Uniform,
+    random_search,
+    sweep,
+    use_cpu_cores,
+)
+from jaxrl_async.train import load_config, make_train, train
 
 __all__ = [
     "distributed",
@@ -19,6 +29,17 @@ __all__ = [
     "make_env",
     "make_train",
     "train",
+    "load_config",
+    "evaluate",
+    "save_gif",
+    "sweep",
+    "random_search",
+    "SweepResult",
+    "Uniform",
+    "LogUniform",
+    "use_cpu_cores",
+    "CheckpointError",
+    "TrainingInterrupted",
     "RunState",
     "TrainResult",
 ]

@@ -159,6 +159,39 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return out
 
 
+def known_configs() -> dict[str, type]:
+    """Every config class by name: the algorithms' (from the registry) and the runners'."""
+    from jaxrl_async.algos import REGISTRY
+
+    classes = {entry[0].__name__: entry[0] for entry in REGISTRY.values()}
+    for name in ("SyncConfig", "AsyncConfig"):
+        if name in globals():
+            classes[name] = globals()[name]
+    return classes
+
+
+def from_dict(data: dict[str, Any], ignore: Sequence[str] = ()) -> Any:
+    """Rebuild (and so validate) a config written by ``to_dict``; keys in ``ignore`` are
+    skipped, any other unknown key is an error."""
+    classes = known_configs()
+    cls = classes.get(data.get("_type"))
+    if cls is None:
+        raise ValueError(f"unknown config type {data.get('_type')!r}; known: {sorted(classes)}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(data.keys() - names - {"_type", *ignore})
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no field(s) {', '.join(unknown)}")
+    kwargs = {}
+    for name in names & data.keys():
+        value = data[name]
+        if isinstance(value, dict) and "_type" in value:
+            value = from_dict(value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
 # --------------------------------------------------------------------------- shared configs
 @config
 class SyncConfig:
@@ -246,8 +279,19 @@ class TrainConfig:
     fast_compile: bool = static(False, boolean)
     """Compile with XLA:CPU's legacy emitters: ~40% less compile time, ~15% slower steps (for
     short runs and sweeps on a CPU; ignored on other platforms)."""
+    checkpoint_every: int = static(0, non_negative_int)
+    """Updates between checkpoints of the full training state in the run directory (written at
+    the end of the first log_every chunk past each multiple; 0: only at the end)."""
+    keep_checkpoints: int = static(2, positive_int)
+    """Checkpoints kept in the run directory (the newest ones)."""
+    tensorboard: bool = static(False, boolean)
+    """Also write TensorBoard event files to <run dir>/tensorboard (JSONL and CSV always)."""
 
     name = "base"
+
+    # Fields that only say where and how often to write things: they may differ between a run
+    # and its resumption (everything else must match).
+    io_fields = ("checkpoint_every", "keep_checkpoints", "tensorboard")
 
     # ----------------------------------------------------------------- derived
     @property

@@ -1,13 +1,19 @@
-"""Metric sinks (the host edge): progress bar, JSONL, learning-curve PNG, run summary.
+"""Metric sinks (the host edge): progress bar, JSONL, CSV, TensorBoard, learning-curve PNG,
+run summary.
 
 Every sink takes chunks of metrics as ``{name: np.ndarray [n]}`` (one row per update), so the
-device loop hands metrics over every ``log_every`` updates, never per update.
+device loop hands metrics over every ``log_every`` updates, never per update. The update number
+(1-based) is the row key in every file, which is what lets a resumed run cut the rows past its
+checkpoint (``truncate_metrics``) and carry on appending.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import math
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +50,65 @@ class JsonlSink(Callbacks):
         self.file.close()
 
 
+class CsvSink(Callbacks):
+    """``metrics.csv``: a header, then one row per update (appends to an existing file)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.columns: list[str] | None = None
+        if self.path.exists() and self.path.stat().st_size:
+            with self.path.open(newline="") as f:
+                self.columns = next(csv.reader(f))
+        self.file = self.path.open("a", newline="")
+        self.writer = csv.writer(self.file)
+
+    def on_metrics(self, first_update: int, rows: dict[str, np.ndarray]) -> None:
+        if self.columns is None:
+            self.columns = ["update", *rows]
+            self.writer.writerow(self.columns)
+        columns = {"update": np.arange(first_update + 1, first_update + 1 + _length(rows))}
+        columns.update(rows)
+        for i in range(len(columns["update"])):
+            self.writer.writerow([_cell(columns[c][i]) if c in columns else ""
+                                  for c in self.columns])
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class TensorBoardSink(Callbacks):
+    """TensorBoard event files (tensorboardX), one scalar per metric, step = update number.
+
+    A resumed run purges the events past its checkpoint, so the curves do not fork.
+    """
+
+    def __init__(self, logdir: str | Path):
+        self.logdir, self.writer = Path(logdir), None
+
+    def on_start(self, first_update: int) -> None:
+        from tensorboardX import SummaryWriter
+
+        purge = first_update + 1 if first_update else None
+        self.writer = SummaryWriter(str(self.logdir), purge_step=purge)
+
+    def on_metrics(self, first_update: int, rows: dict[str, np.ndarray]) -> None:
+        for i in range(_length(rows)):
+            for name, values in rows.items():
+                value = float(values[i])
+                if math.isfinite(value):
+                    self.writer.add_scalar(name, value, first_update + i + 1)
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
 class ProgressBar(Callbacks):
-    """A tqdm bar over env steps showing SPS (since compilation ended) and the latest return."""
+    """A tqdm bar over env steps: steps done, SPS since compilation ended, the latest return,
+    and the ETA."""
 
     def __init__(self, total_steps: int, steps_per_update: int, desc: str = "train"):
         self.total, self.steps_per_update, self.desc = total_steps, steps_per_update, desc
@@ -54,15 +117,20 @@ class ProgressBar(Callbacks):
     def on_start(self, first_update: int) -> None:
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=self.total, initial=first_update * self.steps_per_update,
-                        desc=self.desc, unit="step", unit_scale=True, dynamic_ncols=True,
-                        mininterval=0.5)
+        self.first_steps = first_update * self.steps_per_update
+        self.start = time.perf_counter()
+        self.bar = tqdm(total=self.total, initial=self.first_steps, desc=self.desc, unit="step",
+                        unit_scale=True, dynamic_ncols=True, mininterval=0.5,
+                        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} "
+                                   "[{elapsed}<{remaining}{postfix}]")
 
     def on_metrics(self, first_update: int, rows: dict[str, np.ndarray]) -> None:
         steps = int(rows["env_steps"][-1])
         self.bar.update(max(steps - self.bar.n, 0))
         ret = float(rows["episode_return"][-1])
-        self.bar.set_postfix_str(f"return={ret:.1f}" if math.isfinite(ret) else "return=n/a")
+        sps = (steps - self.first_steps) / max(time.perf_counter() - self.start, 1e-9)
+        shown = f"{ret:.1f}" if math.isfinite(ret) else "n/a"
+        self.bar.set_postfix_str(f"SPS={sps:,.0f}, return={shown}")
 
     def close(self) -> None:
         if self.bar is not None:
@@ -115,6 +183,65 @@ class Fanout(Callbacks):
         for sink in self.sinks:
             sink.on_metrics(first_update, rows)
 
-    def on_state(self, state, final: bool) -> None:
+    def on_state(self, state, final: bool, update: int | None = None) -> None:
         for sink in self.sinks:
-            sink.on_state(state, final)
+            sink.on_state(state, final, update)
+
+    def close(self) -> None:
+        """Close every sink (in order), even when one fails; re-raise the first failure."""
+        error = None
+        for sink in self.sinks:
+            try:
+                if hasattr(sink, "close"):
+                    sink.close()
+            except Exception as e:  # noqa: BLE001 - close the others first
+                error = error or e
+        if error is not None:
+            raise error
+
+
+def _length(rows: dict[str, np.ndarray]) -> int:
+    return len(next(iter(rows.values())))
+
+
+def _cell(value: Any) -> str:
+    value = value.item() if hasattr(value, "item") else value
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def read_metrics(path: str | Path, up_to: int | None = None) -> dict[str, np.ndarray]:
+    """The rows of a ``metrics.jsonl`` (``update <= up_to``) as ``{name: array [n]}``; null
+    (a NaN written out) reads back as NaN."""
+    records = []
+    path = Path(path)
+    if path.exists():
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if up_to is None or record["update"] <= up_to:
+                records.append(record)
+    names = [k for k in (records[0] if records else {}) if k != "update"]
+    return {k: np.array([np.nan if r.get(k) is None else r[k] for r in records], np.float32)
+            for k in names}
+
+
+def truncate_metrics(run_dir: str | Path, up_to: int) -> None:
+    """Drop the rows past update ``up_to`` from ``metrics.jsonl`` and ``metrics.csv`` (each file
+    replaced atomically), so a resumed run appends where its checkpoint left off."""
+    run_dir = Path(run_dir)
+
+    def keep_jsonl(line: str) -> bool:
+        return json.loads(line)["update"] <= up_to
+
+    def keep_csv(line: str) -> bool:
+        return int(line.split(",", 1)[0]) <= up_to
+
+    for name, keep, header in (("metrics.jsonl", keep_jsonl, 0), ("metrics.csv", keep_csv, 1)):
+        path = run_dir / name
+        if not path.exists():
+            continue
+        lines = path.read_text().splitlines(keepends=True)
+        kept = lines[:header] + [line for line in lines[header:] if keep(line)]
+        if len(kept) != len(lines):
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            tmp.write_text("".join(kept))
+            os.replace(tmp, path)

@@ -1,19 +1,28 @@
 """The two ways to train: ``make_train(cfg)`` (a pure function to jit/vmap) and ``train(cfg)``
-(the host-level convenience with a progress bar and sinks)."""
+(the host-level convenience: progress bar, run directory, checkpoints, resume)."""
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
+import json
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 
+from jaxrl_async import checkpoint
 from jaxrl_async import logging as sinks
-from jaxrl_async.config import to_dict
+from jaxrl_async.config import from_dict, to_dict
 from jaxrl_async.runners import sync
-from jaxrl_async.runners.common import TrainResult
+from jaxrl_async.runners.common import (
+    Callbacks,
+    TrainingInterrupted,
+    TrainResult,
+    runner_module,
+)
 
 
 def make_train(cfg: Any) -> Callable[[jax.Array], TrainResult]:
@@ -31,25 +40,68 @@ def default_run_dir(cfg: Any, root: str = "runs") -> Path:
     return Path(root) / f"{cfg.name}_{cfg.env}_{cfg.runner.name}_{stamp}"
 
 
-def _runner(cfg: Any):
-    if cfg.runner.name == "sync":
-        return sync.run
-    from jaxrl_async.runners import async_
-
-    return async_.run
+def load_config(run_dir: str | Path) -> Any:
+    """The config a run directory was trained with (from its ``config.json``)."""
+    path = Path(run_dir) / "config.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{run_dir} is not a run directory: it has no config.json") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from None
+    return from_dict(data, ignore=("seed",))
 
 
 def train(
-    cfg: Any,
+    cfg: Any = None,
     seed: int = 0,
     *,
     run_dir: str | Path | None = None,
+    resume: str | Path | None = None,
     progress: bool = True,
+    callbacks: Sequence[Callbacks] = (),
 ) -> TrainResult:
     """Train ``cfg`` with its runner from ``seed``; returns what ``make_train`` returns, plus
-    ``timing``. With ``run_dir``, writes ``config.json``, ``metrics.jsonl``,
-    ``learning_curve.png`` and ``summary.json`` there (the main process only, in a
-    distributed run)."""
+    ``timing``.
+
+    With ``run_dir``, writes there ``config.json``, ``metrics.jsonl``, ``metrics.csv``,
+    TensorBoard events (``cfg.tensorboard``), checkpoints (every ``cfg.checkpoint_every``
+    updates and at the end), ``learning_curve.png`` and ``summary.json`` (the main process
+    only, in a distributed run; checkpoints are not written in multi-process runs yet).
+
+    ``resume=RUN_DIR`` continues that run from its newest checkpoint, in that directory
+    (``cfg`` defaults to the run's own; only its ``io_fields`` may differ). The result, files
+    and final state are those of the same run uninterrupted. A missing, corrupt or
+    incompatible checkpoint raises ``CheckpointError`` before any file is changed.
+
+    Ctrl-C finishes the chunk in flight, writes a final checkpoint (with ``run_dir``) and
+    raises ``TrainingInterrupted`` (a ``KeyboardInterrupt``) holding the partial result.
+    """
+    state, earlier = None, {}
+    if resume is not None:
+        resume = Path(resume)
+        saved = load_config(resume)
+        cfg = saved if cfg is None else cfg
+        differ = checkpoint.config_differences(to_dict(saved), cfg)
+        if differ:
+            raise ValueError(f"cannot resume {resume} with a different config: "
+                             + "; ".join(differ))
+        if run_dir is not None and Path(run_dir).resolve() != resume.resolve():
+            raise ValueError(f"a resumed run writes to its own directory {resume}, "
+                             f"not {run_dir}")
+        run_dir = resume
+        state = checkpoint.restore(resume, cfg)  # raises before anything is written
+        seed = json.loads((resume / "config.json").read_text()).get("seed", seed)
+        done = int(state.update)
+        earlier = sinks.read_metrics(resume / "metrics.jsonl", up_to=done)
+        if jax.process_index() == 0:
+            sinks.truncate_metrics(resume, done)
+    elif cfg is None:
+        raise ValueError("train() needs a config, or resume=RUN_DIR")
+    elif run_dir is not None and _holds_a_run(Path(run_dir)):
+        raise ValueError(f"{run_dir} already holds a run; continue it with resume={run_dir!r} "
+                         "or choose another run directory")
+
     writers: list[Any] = []
     if jax.process_index() != 0:  # in a distributed run only the main process writes
         run_dir, progress = None, False
@@ -57,21 +109,49 @@ def train(
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         sinks.write_json(run_dir / "config.json", {"seed": seed, **to_dict(cfg)})
-        writers.append(sinks.JsonlSink(run_dir / "metrics.jsonl"))
+        writers += [sinks.JsonlSink(run_dir / "metrics.jsonl"),
+                    sinks.CsvSink(run_dir / "metrics.csv")]
+        if cfg.tensorboard:
+            writers.append(sinks.TensorBoardSink(run_dir / "tensorboard"))
+        if jax.process_count() == 1:
+            writers.append(checkpoint.CheckpointSink(run_dir, cfg))
+        else:  # the env states live on every process: a save needs them all (orbax multihost)
+            warnings.warn("checkpoints are not written in multi-process runs yet", stacklevel=2)
     if progress:
         writers.append(sinks.ProgressBar(cfg.num_updates * cfg.steps_per_update,
                                          cfg.steps_per_update, desc=f"{cfg.name} {cfg.env}"))
+    writers += list(callbacks)
+    fanout = sinks.Fanout(writers)
 
+    interrupted = None
     try:
-        result = _runner(cfg)(cfg, jax.random.key(seed), sinks.Fanout(writers))
+        result = runner_module(cfg).run(cfg, jax.random.key(seed), fanout, state=state)
+    except TrainingInterrupted as e:
+        interrupted, result = e, e.result
     finally:
-        for writer in writers:
-            writer.close()
-    if run_dir is not None:
+        fanout.close()  # waits for checkpoint writes, also when interrupted
+    result = result._replace(metrics=_concat(earlier, result.metrics))
+    if run_dir is not None and result.metrics:
         sinks.plot_learning_curve(result.metrics, run_dir / "learning_curve.png",
                                   f"{cfg.name.upper()} on {cfg.env}")
-        sinks.write_json(run_dir / "summary.json", summary(cfg, result))
+        sinks.write_json(run_dir / "summary.json",
+                         {**summary(cfg, result), "interrupted": interrupted is not None})
+    if interrupted is not None:
+        raise TrainingInterrupted(result) from None
     return result
+
+
+def _holds_a_run(run_dir: Path) -> bool:
+    return (run_dir / "metrics.jsonl").exists() or bool(checkpoint.steps(run_dir))
+
+
+def _concat(earlier: dict[str, np.ndarray], later: dict[str, np.ndarray]) -> dict:
+    if not earlier:
+        return later
+    if not later:
+        return earlier
+    return {k: np.concatenate([earlier[k].astype(v.dtype), v]) if k in earlier else v
+            for k, v in later.items()}
 
 
 def summary(cfg: Any, result: TrainResult) -> dict[str, Any]:
@@ -82,6 +162,7 @@ def summary(cfg: Any, result: TrainResult) -> dict[str, Any]:
         "env": cfg.env,
         "runner": cfg.runner.name,
         "total_timesteps": cfg.num_updates * cfg.steps_per_update,
+        "updates_done": int(result.state.update),
         "final_return": sinks.final_return(result.metrics),
         "sps": timing.get("sps"),
         "compile_s": timing.get("compile_s"),

@@ -36,6 +36,12 @@ class Algorithm(NamedTuple):
     - ``init_memory() -> memory``: for recurrent policies, one env's initial memory; then
       ``act(params, obs, key, memory, first) -> (action, extras, memory)`` must reset the memory
       where ``first`` (the first step of an episode). ``None`` for feedforward policies.
+    - ``eval_act(params, obs, key, greedy) -> action``: the policy for evaluation, on ONE
+      observation; ``greedy=True`` takes the distribution's mode (argmax, or the Gaussian mean),
+      ``greedy=False`` samples as in training (no exploration schedule). Recurrent algorithms
+      take and return the memory like ``act``:
+      ``eval_act(params, obs, key, greedy, memory, first) -> (action, memory)``. Optional
+      (``None``): ``jra.evaluate`` then needs ``greedy=False`` and falls back to ``act``.
     """
 
     init: Callable[[jax.Array], Any]
@@ -43,6 +49,7 @@ class Algorithm(NamedTuple):
     learn: Callable[..., tuple[Any, dict[str, jax.Array]]]
     policy_params: Callable[[Any], Any] = lambda state: state.params
     init_memory: Callable[[], Any] | None = None
+    eval_act: Callable[..., Any] | None = None
 
 
 class LearnerState(NamedTuple):

@@ -99,6 +99,10 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
         action = pi.sample(key)
         return action, {"log_prob": pi.log_prob(action), "value": value}
 
+    def eval_act(params, obs: jax.Array, key: jax.Array, greedy: bool) -> jax.Array:
+        pi = network.apply(params, obs, method="policy")
+        return pi.mode() if greedy else pi.sample(key)
+
     def loss(params, obs, action, extras, advantages, targets):
         pi, value = network.apply(params, obs)
         log_ratio = pi.log_prob(action) - extras["log_prob"]
@@ -160,4 +164,4 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
         state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, cfg.update_epochs))
         return state, pmean(jax.tree.map(jnp.mean, metrics), axis_name)
 
-    return Algorithm(init=init, act=act, learn=learn)
+    return Algorithm(init=init, act=act, learn=learn, eval_act=eval_act)

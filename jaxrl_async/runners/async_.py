@@ -59,6 +59,8 @@ from jaxrl_async.runners.common import (
     AXIS,
     Callbacks,
     RunState,
+    StopOnInterrupt,
+    TrainingInterrupted,
     TrainResult,
     build,
     collect,
@@ -92,16 +94,16 @@ def split_devices(cfg: Any, devices: Sequence[Any]) -> tuple[list, list]:
     return list(devices[:num_actors]), list(devices[num_actors:num_actors + runner.learner_devices])
 
 
-def acting_version(runner: Any, first: int, update: int) -> int:
+def acting_version(runner: Any, update: int) -> int:
     """Deterministic mode: the params version (updates done) that acts in rollout ``update``:
-    ``lag`` updates back, and only versions the learner publishes (every ``sync_every``)."""
-    behind = max(update - first - runner.lag, 0)
-    return first + behind // runner.sync_every * runner.sync_every
+    ``lag`` updates back, and only versions the learner publishes (every ``sync_every``).
+    A function of ``update`` alone, so a resumed run keeps the schedule of the whole run."""
+    return max(update - runner.lag, 0) // runner.sync_every * runner.sync_every
 
 
-def publishes(runner: Any, first: int, version: int) -> bool:
+def publishes(runner: Any, version: int) -> bool:
     """Whether the learner sends the params of ``version`` to the actor devices."""
-    return (version - first) % runner.sync_every == 0
+    return version % runner.sync_every == 0
 
 
 # --------------------------------------------------------------------------- programs
@@ -380,6 +382,18 @@ class Pipeline:
             self._ready[ticket] = batch
             self._cond.notify_all()
 
+    def keep_snapshot(self, store: dict, done: int, carry: Any, exact: bool) -> None:
+        """Keep a stream's env carry after ``done`` rollouts (free-running: only the newest)."""
+        with self._cond:
+            if not exact:
+                store.clear()
+            store[done] = carry
+
+    def snapshot(self, store: dict, done: int, exact: bool) -> Any:
+        """The carry kept after ``done`` rollouts (free-running: the newest kept)."""
+        with self._cond:
+            return store.pop(done) if exact else store[max(store)]
+
     def take(self, ticket: int) -> tuple[Batch, int]:
         """The batch of ``ticket`` (waits for it) and how many others are waiting."""
         with self._cond:
@@ -399,15 +413,17 @@ class RoleStats:
 
 def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run_key: jax.Array,
                first: int, where: Layout, pipeline: Pipeline, stats: RoleStats,
-               carries: list) -> None:
+               carries: list, snapshots: list[dict]) -> None:
     """One actor stream: rollouts until the schedule ends (deterministic) or the pipeline stops
-    (free-running). Its n-th rollout draws the keys of update ``first + n``."""
+    (free-running). Its n-th rollout draws the keys of update ``first + n``. After a rollout
+    that ends a log chunk it keeps a copy of its env carry in ``snapshots[stream]``, keyed by
+    the rollouts done (the env part of the run state handed to ``on_state``)."""
     runner, num_streams = cfg.runner, cfg.runner.num_streams
     for n in range(cfg.num_updates - first) if runner.deterministic else itertools.count():
         update = first + n
         if runner.deterministic:
             ticket = n * num_streams + stream.index
-            version = acting_version(runner, first, update)
+            version = acting_version(runner, update)
             params = pipeline.params(stream.device_index, version)
         else:
             ticket = pipeline.reserve()
@@ -422,25 +438,38 @@ def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run
         stats.busy_s += time.perf_counter() - start
         stats.rollouts += 1
         carries[stream.index] = carry
+        if chunk_ends(cfg, first, update + 1):
+            pipeline.keep_snapshot(snapshots[stream.index], update + 1,
+                                   jax.tree.map(jnp.copy, carry), runner.deterministic)
         # Copied to the learner devices here, right away, so the copy overlaps the update.
         pipeline.deliver(ticket, Batch(to_learner(pieces, where), version))
 
 
+def chunk_ends(cfg: Any, first: int, done: int) -> bool:
+    """Whether a log chunk ends after ``done`` updates (chunks of ``log_every`` from ``first``,
+    as in the sync runner)."""
+    return (done - first) % cfg.log_every == 0 or done == cfg.num_updates
+
+
 class Chunk(NamedTuple):
-    """Metrics of updates ``first + 1 ... first + n`` as they leave the learner thread."""
+    """Metrics of updates ``first + 1 ... first + n`` as they leave the learner thread, with
+    the learner's state after them."""
 
     first: int
     device_rows: list[jax.Array]  # per update: the learner's metric vector
     host_rows: dict[str, list]  # per update: host-measured values
     start: float  # when the chunk began (perf_counter)
     busy: tuple[float, list[float]]  # learner and actor busy seconds when it began
+    state: RunState | None = None  # env=(): the learner's part of the run state
+    behaviour: Any = ()  # deterministic mode: the packed params acting next (``acting_version``)
 
 
 def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, where: Layout,
                  pipeline: Pipeline, actor_stats: list[RoleStats], stats: RoleStats,
-                 events: queue.Queue) -> None:
+                 events: queue.Queue, versions: dict[int, jax.Array]) -> None:
     """Updates ``first ... num_updates - 1``, taking tickets in order; publishes params every
-    ``sync_every`` updates; sends a ``Chunk`` of metrics every ``log_every`` updates."""
+    ``sync_every`` updates; sends a ``Chunk`` of metrics every ``log_every`` updates.
+    ``versions``: the packed params by version, from those published at the start."""
     runner, num_streams = cfg.runner, cfg.runner.num_streams
     ticket, dropped = 0, 0
 
@@ -464,20 +493,24 @@ def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, wher
         del batches
         jax.block_until_ready((state, params))
         stats.busy_s += time.perf_counter() - start
-        if update + 1 < cfg.num_updates and publishes(runner, first, update + 1):
+        if update + 1 < cfg.num_updates and publishes(runner, update + 1):
             publish(params, where, pipeline, update + 1)
+        versions[update + 1] = params
+        oldest = acting_version(runner, update + 1) if runner.deterministic else update + 1
+        for old in [v for v in versions if v < oldest]:
+            del versions[old]
         chunk.device_rows.append(metrics)
         chunk.host_rows["dropped_batches"].append(dropped)
         chunk.host_rows["queue_depth"].append(depth)
-        if len(chunk.device_rows) == cfg.log_every or update + 1 == cfg.num_updates:
+        if chunk_ends(cfg, first, update + 1):
             wall, (learner_busy, actor_busy) = time.perf_counter() - chunk.start, chunk.busy
             n = len(chunk.device_rows)
             chunk.host_rows["learner_busy"] = [(stats.busy_s - learner_busy) / wall] * n
             actor_busy = np.mean([s.busy_s - b for s, b in zip(actor_stats, actor_busy)])
             chunk.host_rows["actor_busy"] = [float(actor_busy) / wall] * n
-            events.put(("metrics", chunk))
+            behaviour = versions[oldest] if runner.deterministic else ()
+            events.put(("chunk", chunk._replace(state=state, behaviour=behaviour)))
             chunk = new_chunk(update + 1)
-    events.put(("done", state))
 
 
 def publish(params: jax.Array, where: Layout, pipeline: Pipeline, version: int) -> None:
@@ -496,6 +529,7 @@ class Setup(NamedTuple):
     learner_state: RunState  # env=(); replicated on the learner devices
     carries: list[EnvCarry]  # per stream, on its actor device
     run_keys: list[jax.Array]  # the run key, per actor device
+    behaviour: Any  # a restored run's packed acting params (``RunState.behaviour_params``)
 
 
 def prepare(cfg: Any, key: jax.Array, state: RunState | None = None,
@@ -511,9 +545,22 @@ def prepare(cfg: Any, key: jax.Array, state: RunState | None = None,
                                     state.env), s.device)
         for s in where.streams
     ]
-    learner_state = jax.device_put(state._replace(env=()), where.replicated)
+    learner_state = jax.device_put(state._replace(env=(), behaviour_params=()), where.replicated)
+    behaviour = jax.device_put(state.behaviour_params, where.replicated)
     run_keys = [jax.device_put(state.key, d) for d in where.actor_devices]
-    return Setup(where, programs, int(state.update), learner_state, carries, run_keys)
+    return Setup(where, programs, int(state.update), learner_state, carries, run_keys, behaviour)
+
+
+def abstract_state(cfg: Any) -> RunState:
+    """Shapes and dtypes of the run state (all envs) this runner hands to ``on_state`` and
+    continues from: ``init_state``'s, plus the acting params in deterministic mode."""
+    env, algo = build(cfg)
+    env_id = jnp.arange(cfg.num_envs, dtype=jnp.int32)
+    state = jax.eval_shape(lambda key: init_state(env, algo, key, env_id), jax.random.key(0))
+    if not cfg.runner.deterministic:
+        return state
+    size = Packing.of(algo.policy_params(state.learner)).size
+    return state._replace(behaviour_params=jax.ShapeDtypeStruct((size,), jnp.uint32))
 
 
 # --------------------------------------------------------------------------- the entry point
@@ -524,12 +571,15 @@ def run(
     state: RunState | None = None,
     devices: Sequence[Any] | None = None,
 ) -> TrainResult:
-    """Train ``cfg`` (its ``runner`` an ``AsyncConfig``) from ``key`` or from ``state``, on
-    ``devices`` (default: the local devices). Returns what the sync runner returns; metrics also
-    hold ``staleness``/``staleness_max`` (updates between acting and learning params),
+    """Train ``cfg`` (its ``runner`` an ``AsyncConfig``) from ``key`` or from ``state`` (a
+    restored checkpoint: in deterministic mode the run continues exactly as if never stopped),
+    on ``devices`` (default: the local devices). Returns what the sync runner returns; metrics
+    also hold ``staleness``/``staleness_max`` (updates between acting and learning params),
     ``actor_busy``/``learner_busy`` (fraction of wall time each role computed, per log chunk),
     ``dropped_batches`` (so far) and ``queue_depth`` (batches waiting when the learner took its
-    last). ``callbacks.on_state`` is called once, with the final state."""
+    last); the last three are wall-clock measurements, not part of the run's outcome.
+    ``callbacks.on_state`` gets the run state after every log chunk. Ctrl-C stops after the
+    chunk in flight, with ``on_state(final=True)``, and raises ``TrainingInterrupted``."""
     try:
         return _run(cfg, key, callbacks or Callbacks(), state, devices)
     except BaseException as error:
@@ -541,56 +591,72 @@ def run(
 
 def _run(cfg: Any, key: jax.Array, callbacks: Callbacks, state: RunState | None,
          devices: Sequence[Any] | None) -> TrainResult:
+    if state is not None and int(state.update) >= cfg.num_updates:
+        return TrainResult(state, {}, None)  # a finished run: nothing to compile
     start = time.perf_counter()
     setup = prepare(cfg, key, state, devices)
     compile_s = time.perf_counter() - start
     where, programs, first, carries = setup.where, setup.programs, setup.first, setup.carries
-    per_stream = cfg.num_envs // cfg.runner.num_streams
+    runner, per_stream = cfg.runner, cfg.num_envs // cfg.runner.num_streams
 
-    pipeline = Pipeline(len(where.actor_devices), cfg.runner.queue_size)
+    pipeline = Pipeline(len(where.actor_devices), runner.queue_size)
     events: queue.Queue = queue.Queue()
     actor_stats = [RoleStats() for _ in where.streams]
     learner_stats = RoleStats()
+    snapshots: list[dict] = [{} for _ in where.streams]
+    if not runner.deterministic:  # the newest carry of each stream, from the start
+        for s in where.streams:
+            snapshots[s.index][first] = jax.tree.map(jnp.copy, carries[s.index])
+    # The params versions the actors may use first: the learner's, and the older acting ones
+    # of a resumed deterministic run.
+    versions = {first: programs.pack_params(setup.learner_state)}
+    if runner.deterministic and acting_version(runner, first) < first:
+        versions[acting_version(runner, first)] = setup.behaviour
+    for version in sorted(versions):
+        publish(versions[version], where, pipeline, version)
     threads = [
         _thread(f"actor-{s.index}", events, pipeline, actor_loop, cfg, s,
                 programs.actor[s.device_index], carries[s.index], setup.run_keys[s.device_index],
-                first, where, pipeline, actor_stats[s.index], carries)
+                first, where, pipeline, actor_stats[s.index], carries, snapshots)
         for s in where.streams
     ]
     threads.append(_thread("learner", events, pipeline, learner_loop, cfg, programs,
                            setup.learner_state, first, where, pipeline, actor_stats,
-                           learner_stats, events))
-    publish(programs.pack_params(setup.learner_state), where, pipeline, first)
-    del setup  # the threads own its buffers now
+                           learner_stats, events, versions))
+    del setup, versions  # the threads own their buffers now
 
     rows: list[dict] = []
     try:
         callbacks.on_start(first)
-        start = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        final = _supervise(threads, events, callbacks, programs.metric_names, rows)
-        train_s = time.perf_counter() - start
+        with StopOnInterrupt() as stop:
+            start = time.perf_counter()
+            for thread in threads:
+                thread.start()
+            final = _supervise(cfg, threads, events, callbacks, programs.metric_names, rows,
+                               pipeline, snapshots, stop)
+            train_s = time.perf_counter() - start
         collected = sum(s.rollouts for s in actor_stats) * per_stream * cfg.num_steps
     finally:
         _shut_down(pipeline, threads)
+        snapshots.clear()
+        carries.clear()
 
-    env_carry = jax.tree.map(lambda *xs: jnp.concatenate(xs),
-                             *jax.device_put(carries, where.actor_devices[0]))
-    final = final._replace(env=env_carry)
-    callbacks.on_state(final, final=True)
+    done = int(final.update)
     metrics = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]} if rows else {}
     timing = {
         "compile_s": compile_s,
         "train_s": train_s,
         "sps": collected / max(train_s, 1e-9),
         "env_steps_collected": collected,
-        "env_steps_trained": (cfg.num_updates - first) * cfg.steps_per_update,
+        "env_steps_trained": (done - first) * cfg.steps_per_update,
         "learner_busy": learner_stats.busy_s / max(train_s, 1e-9),
         "actor_busy": float(np.mean([s.busy_s for s in actor_stats])) / max(train_s, 1e-9),
         "max_outstanding": pipeline.max_outstanding,
     }
-    return TrainResult(final, metrics, timing)
+    result = TrainResult(final, metrics, timing)
+    if done < cfg.num_updates:
+        raise TrainingInterrupted(result)
+    return result
 
 
 def _thread(role: str, events: queue.Queue, pipeline: Pipeline, target: Callable,
@@ -612,11 +678,13 @@ def _guarded(events: queue.Queue, pipeline: Pipeline, target: Callable, *args: A
         events.put(("error", error))
 
 
-def _supervise(threads: list[threading.Thread], events: queue.Queue, callbacks: Callbacks,
-               names: tuple[str, ...], rows: list[dict]) -> RunState:
-    """The calling thread's part: deliver metrics to the callbacks until the learner is done;
-    re-raise the first exception of any thread. Waits with a timeout, so Ctrl-C gets through."""
-    learner = threads[-1]
+def _supervise(cfg: Any, threads: list[threading.Thread], events: queue.Queue,
+               callbacks: Callbacks, names: tuple[str, ...], rows: list[dict],
+               pipeline: Pipeline, snapshots: list[dict], stop: StopOnInterrupt) -> RunState:
+    """The calling thread's part: deliver metrics and the run state after each chunk to the
+    callbacks, until the learner's last chunk or, after a Ctrl-C, the next chunk; re-raise the
+    first exception of any thread. Waits with a timeout, so signals get through."""
+    learner, exact = threads[-1], cfg.runner.deterministic
     while True:
         try:
             kind, payload = events.get(timeout=0.2)
@@ -626,9 +694,15 @@ def _supervise(threads: list[threading.Thread], events: queue.Queue, callbacks: 
             continue
         if kind == "error":
             raise payload
-        if kind == "done":
-            return payload
         rows.append(_deliver(payload, names, callbacks))
+        done = payload.first + len(payload.device_rows)
+        parts = jax.device_get([pipeline.snapshot(store, done, exact) for store in snapshots])
+        env = jax.tree.map(lambda *xs: np.concatenate(xs), *parts)  # [num_envs, ...] on host
+        state = payload.state._replace(env=env, behaviour_params=payload.behaviour)
+        final = done == cfg.num_updates or stop.requested
+        callbacks.on_state(state, final=final, update=done)
+        if final:
+            return state
 
 
 def _deliver(chunk: Chunk, names: tuple[str, ...], callbacks: Callbacks) -> dict[str, np.ndarray]:

@@ -10,6 +10,7 @@ are global, so D devices compute what one device computes, to float tolerance.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -18,12 +19,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxrl_async.runners.common import (
     AXIS,
     Callbacks,
     RunState,
+    StopOnInterrupt,
+    TrainingInterrupted,
     TrainResult,
     build,
     check_devices,
@@ -103,9 +107,57 @@ def run(
     state: RunState | None = None,
 ) -> TrainResult:
     """Host-level loop: the same updates in chunks of ``cfg.log_every``, metrics fetched while
-    the next chunk runs (no host round trip per update)."""
+    the next chunk runs (no host round trip per update). ``state``: continue from it (a
+    restored checkpoint) instead of a fresh init. Ctrl-C stops after the chunk in flight, with
+    ``on_state(final=True)``, and raises ``TrainingInterrupted`` (see ``StopOnInterrupt``)."""
     callbacks = callbacks or Callbacks()
     check_devices("num_devices", cfg.runner.num_devices, cfg, local=False)
+    start = time.perf_counter()
+    prog, init_fn, chunk_fn, chunk = _host_programs(cfg)
+    if state is None:
+        state = init_fn.lower(key).compile(compiler_options(cfg))(key)
+    else:
+        state = place(state, prog.num_devices)
+        if int(state.update) >= cfg.num_updates:  # a finished run: nothing to compile
+            return TrainResult(state, {}, None)
+    compiled = chunk_fn.lower(state, jnp.int32(chunk)).compile(compiler_options(cfg))
+    jax.block_until_ready(state)
+    compile_s = time.perf_counter() - start
+
+    first = end = int(state.update)
+    callbacks.on_start(first)
+    start = time.perf_counter()
+    rows: list[dict] = []
+    pending: tuple[int, int, Any] | None = None
+    with StopOnInterrupt() as stop:
+        for begin in range(first, cfg.num_updates, chunk):
+            n = min(chunk, cfg.num_updates - begin)
+            state, buffers = compiled(state, jnp.int32(n))  # dispatched; runs while we log
+            if pending is not None:
+                rows.append(_deliver(pending, callbacks))
+            pending, end = (begin, n, buffers), begin + n
+            final = end == cfg.num_updates or stop.requested
+            callbacks.on_state(state, final=final, update=end)
+            if final:
+                break
+        if pending is not None:
+            rows.append(_deliver(pending, callbacks))
+        jax.block_until_ready(state)
+    train_s = time.perf_counter() - start
+
+    metrics = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]} if rows else {}
+    steps = (end - first) * cfg.steps_per_update
+    timing = {"compile_s": compile_s, "train_s": train_s, "sps": steps / max(train_s, 1e-9)}
+    result = TrainResult(state, metrics, timing)
+    if end < cfg.num_updates:
+        raise TrainingInterrupted(result)
+    return result
+
+
+@functools.cache
+def _host_programs(cfg: Any) -> tuple[Program, Callable, Callable, int]:
+    """The host loop's jitted init and chunk functions for ``cfg`` (cached: running the same
+    config again, or resuming it, reuses the compiled programs)."""
     prog = program(cfg)
     chunk = min(cfg.log_every, cfg.num_updates)
 
@@ -120,39 +172,22 @@ def run(
 
         return lax.fori_loop(0, n, body, (state, buffers))
 
-    start = time.perf_counter()
     init_fn = jax.jit(spmd(prog.init, prog.num_devices, P(), STATE_SPEC))
     chunk_fn = jax.jit(
         spmd(run_chunk, prog.num_devices, (STATE_SPEC, P()), (STATE_SPEC, P())),
         donate_argnums=0,
     )
-    if state is None:
-        state = init_fn.lower(key).compile(compiler_options(cfg))(key)
-    compiled = chunk_fn.lower(state, jnp.int32(chunk)).compile(compiler_options(cfg))
-    jax.block_until_ready(state)
-    compile_s = time.perf_counter() - start
+    return prog, init_fn, chunk_fn, chunk
 
-    first = int(state.update)
-    callbacks.on_start(first)
-    start = time.perf_counter()
-    rows: list[dict] = []
-    pending: tuple[int, int, Any] | None = None
-    for begin in range(first, cfg.num_updates, chunk):
-        n = min(chunk, cfg.num_updates - begin)
-        state, buffers = compiled(state, jnp.int32(n))  # dispatched; runs while we log
-        if pending is not None:
-            rows.append(_deliver(pending, callbacks))
-        pending = (begin, n, buffers)
-        callbacks.on_state(state, final=begin + n == cfg.num_updates)
-    if pending is not None:
-        rows.append(_deliver(pending, callbacks))
-    jax.block_until_ready(state)
-    train_s = time.perf_counter() - start
 
-    metrics = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]} if rows else {}
-    steps = (cfg.num_updates - first) * cfg.steps_per_update
-    timing = {"compile_s": compile_s, "train_s": train_s, "sps": steps / max(train_s, 1e-9)}
-    return TrainResult(state, metrics, timing)
+def place(state: RunState, num_devices: int) -> RunState:
+    """Put a state (restored from a checkpoint: numpy or on any device) where the runner keeps
+    it: on the first device, or sharded over ``num_devices`` like ``init`` leaves it."""
+    if num_devices == 1:
+        return jax.device_put(state, jax.local_devices()[0])
+    mesh = Mesh(np.array(jax.devices()[:num_devices]), (AXIS,))
+    return jax.tree.map(lambda spec, sub: jax.device_put(sub, NamedSharding(mesh, spec)),
+                        STATE_SPEC, state, is_leaf=lambda x: isinstance(x, P))
 
 
 def _deliver(pending: tuple[int, int, Any], callbacks: Callbacks) -> dict:

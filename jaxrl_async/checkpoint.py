@@ -1,0 +1,251 @@
+"""Orbax checkpoints of the full training state, and resuming from them.
+
+A checkpoint is the whole ``RunState`` (params, optimizer state, observation-normalisation
+moments and env states, the run key, the update counter, the last episode figures), so a
+resumed run continues exactly where the saved one was: ``jra.train(cfg, resume=RUN_DIR)``.
+
+Layout: ``RUN_DIR/checkpoints/<update>/{state,meta}`` written by orbax's ``CheckpointManager``
+(a checkpoint appears under its final name only once complete). ``state`` holds the arrays as a
+nested dict keyed by their pytree path, typed PRNG keys as their ``key_data``; ``meta`` holds
+the config, the key implementations and the update. Restoring checks both against what the
+config builds and raises ``CheckpointError`` (naming what differs) before touching anything.
+
+Runner-independent: ``CheckpointSink`` only uses ``Callbacks.on_state``, and a runner resumes
+by taking the restored state as ``run(cfg, key, callbacks, state=restored)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_async.config import to_dict
+from jaxrl_async.runners.common import Callbacks, RunState, build, init_state, runner_module
+
+CHECKPOINTS = "checkpoints"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be restored: missing, corrupt, or made by another config."""
+
+
+# --------------------------------------------------------------------------- state <-> arrays
+def _name(entry: Any) -> str:
+    for attr in ("name", "key", "idx"):
+        if hasattr(entry, attr):
+            return str(getattr(entry, attr))
+    return str(entry)
+
+
+def _is_key(x: Any) -> bool:
+    return jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _paths(tree: Any) -> list[tuple[str, ...]]:
+    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return [tuple(_name(e) for e in path) for path, _ in flat]
+
+
+def _nest(flat: dict[tuple[str, ...], Any]) -> dict:
+    out: dict = {}
+    for path, value in flat.items():
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return out
+
+
+def _flat(nested: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    if not isinstance(nested, dict):
+        return {prefix: nested}
+    out = {}
+    for k, v in nested.items():
+        out.update(_flat(v, (*prefix, str(k))))
+    return out
+
+
+def to_arrays(state: RunState) -> tuple[dict, dict[str, str]]:
+    """Host copies of every leaf as a nested dict keyed by pytree path, keys as key data; and
+    the PRNG implementation of each key leaf."""
+    leaves = jax.tree.leaves(state)
+    impls = {"/".join(p): str(jax.random.key_impl(x))
+             for p, x in zip(_paths(state), leaves) if _is_key(x)}
+    host = jax.device_get([jax.random.key_data(x) if _is_key(x) else x for x in leaves])
+    return _nest({p: np.array(x) for p, x in zip(_paths(state), host)}), impls
+
+
+def abstract_state(cfg: Any) -> RunState:
+    """Shapes and dtypes of the full (all devices) run state ``cfg`` trains: the template a
+    checkpoint is checked against and restored into (the runner's ``abstract_state`` when it
+    has one, else ``init_state``'s layout with every env)."""
+    runner = runner_module(cfg)
+    if hasattr(runner, "abstract_state"):
+        return runner.abstract_state(cfg)
+    env, algo = build(cfg)
+    env_id = jnp.arange(cfg.num_envs, dtype=jnp.int32)
+    return jax.eval_shape(lambda key: init_state(env, algo, key, env_id), jax.random.key(0))
+
+
+def _template(cfg: Any) -> tuple[RunState, dict[tuple[str, ...], jax.ShapeDtypeStruct]]:
+    abstract = abstract_state(cfg)
+
+    def stored(x: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
+        return jax.eval_shape(jax.random.key_data, x) if _is_key(x) else x
+
+    leaves = [stored(x) for x in jax.tree.leaves(abstract)]
+    return abstract, dict(zip(_paths(abstract), leaves))
+
+
+# --------------------------------------------------------------------------- manager
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def _manager(run_dir: str | Path, *, read_only: bool, keep: int | None = None):
+    """An orbax manager; ``read_only`` ones are only used to read (orbax's own read-only mode
+    logs warnings on every use, so it is not set)."""
+    import orbax.checkpoint as ocp
+
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=keep, create=not read_only, enable_async_checkpointing=not read_only,
+    )
+    handlers = {"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
+    return ocp.CheckpointManager(checkpoint_dir(run_dir).absolute(), options=options,
+                                 item_handlers=handlers)
+
+
+def steps(run_dir: str | Path) -> list[int]:
+    """Updates at which ``run_dir`` holds a complete checkpoint (ascending)."""
+    if not checkpoint_dir(run_dir).is_dir():
+        return []
+    manager = _manager(run_dir, read_only=True)
+    try:
+        return sorted(manager.all_steps())
+    finally:
+        manager.close()
+
+
+def save(manager: Any, state: RunState, cfg: Any, update: int) -> None:
+    """Write ``state`` as checkpoint ``update`` (orbax writes in the background; the arrays are
+    copied to the host first, so the caller may donate ``state`` right after)."""
+    import orbax.checkpoint as ocp
+
+    arrays, impls = to_arrays(state)
+    meta = {"config": to_dict(cfg), "update": update, "key_impls": impls}
+    manager.save(update, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)), force=True)
+
+
+def restore(run_dir: str | Path, cfg: Any, step: int | None = None) -> RunState:
+    """The run state saved in ``run_dir`` (the newest checkpoint, or ``step``), checked against
+    ``cfg``. Reads only: on any problem it raises ``CheckpointError`` saying what is wrong."""
+    import orbax.checkpoint as ocp
+
+    available = steps(run_dir)
+    if not available:
+        raise CheckpointError(f"no checkpoint in {checkpoint_dir(run_dir)}")
+    step = available[-1] if step is None else step
+    if step not in available:
+        raise CheckpointError(f"no checkpoint for update {step} in {checkpoint_dir(run_dir)}; "
+                              f"there are: {available}")
+    where = checkpoint_dir(run_dir) / str(step)
+    abstract, expected = _template(cfg)
+    manager = _manager(run_dir, read_only=True)
+    try:
+        try:
+            meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+            meta = meta["meta"]
+            stored = manager.item_metadata(step)["state"]
+            stored = _flat(stored.tree if hasattr(stored, "tree") else stored)
+        except Exception as e:  # noqa: BLE001 - orbax raises many kinds; say which file
+            raise CheckpointError(f"checkpoint {where} is corrupt or unreadable: "
+                                  f"{type(e).__name__}: {e}") from e
+        _check_compatible(where, meta, stored, expected, cfg)
+        template = _nest({p: np.empty(x.shape, x.dtype) for p, x in expected.items()})
+        try:
+            arrays = manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(template)))["state"]
+        except Exception as e:  # noqa: BLE001
+            raise CheckpointError(f"checkpoint {where} is corrupt or unreadable: "
+                                  f"{type(e).__name__}: {e}") from e
+    finally:
+        manager.close()
+
+    flat = _flat(arrays)
+    leaves = []
+    for path, x in zip(_paths(abstract), jax.tree.leaves(abstract)):
+        value = np.asarray(flat[path])
+        if _is_key(x):
+            value = jax.random.wrap_key_data(value, impl=meta["key_impls"]["/".join(path)])
+        leaves.append(value)
+    return jax.tree.unflatten(jax.tree.structure(abstract), leaves)
+
+
+def _check_compatible(where: Path, meta: dict, stored: dict, expected: dict, cfg: Any) -> None:
+    saved_cfg = meta.get("config", {})
+    differ = config_differences(saved_cfg, cfg)
+    if differ:
+        raise CheckpointError(f"checkpoint {where} was written by a different config: "
+                              + "; ".join(differ))
+    problems = []
+    for path in sorted(expected.keys() - stored.keys()):
+        problems.append(f"{'.'.join(path)} missing")
+    for path in sorted(stored.keys() - expected.keys()):
+        problems.append(f"{'.'.join(path)} not in this config's state")
+    for path in sorted(expected.keys() & stored.keys()):
+        want, have = expected[path], stored[path]
+        if tuple(have.shape) != tuple(want.shape) or np.dtype(have.dtype) != np.dtype(want.dtype):
+            problems.append(f"{'.'.join(path)}: saved {have.dtype}{list(have.shape)}, this "
+                            f"config needs {want.dtype}{list(want.shape)}")
+    if problems:
+        shown = "; ".join(problems[:5]) + (f" (and {len(problems) - 5} more)"
+                                           if len(problems) > 5 else "")
+        raise CheckpointError(f"checkpoint {where} does not fit {type(cfg).__name__}: {shown}")
+
+
+def config_differences(saved: dict, cfg: Any) -> list[str]:
+    """``field: saved -> now`` for every training field where ``saved`` (a ``to_dict``) and
+    ``cfg`` differ; the ``io_fields`` (where and how often to write) may differ."""
+    now = to_dict(cfg)
+    ignore = set(getattr(cfg, "io_fields", ()))
+    keys = (saved.keys() | now.keys()) - ignore
+    return [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(keys)
+            if saved.get(k) != now.get(k)]
+
+
+# --------------------------------------------------------------------------- the sink
+class CheckpointSink(Callbacks):
+    """Writes the run state to ``run_dir/checkpoints`` every ``cfg.checkpoint_every`` updates
+    (at the end of the chunk that reaches each multiple) and after the final chunk (the end of
+    training, or the chunk in flight when Ctrl-C came). ``close()`` waits for the writes."""
+
+    def __init__(self, run_dir: str | Path, cfg: Any):
+        self.run_dir, self.cfg = Path(run_dir), cfg
+        self.every = cfg.checkpoint_every
+        self.manager = None
+        self.last_saved: int | None = None
+
+    def on_start(self, first_update: int) -> None:
+        self.next_due = (first_update // self.every + 1) * self.every if self.every else None
+
+    def on_state(self, state: RunState, final: bool, update: int | None = None) -> None:
+        update = int(state.update) if update is None else update
+        due = self.next_due is not None and update >= self.next_due
+        if not (final or due) or update == self.last_saved:
+            return
+        if self.manager is None:
+            self.manager = _manager(self.run_dir, read_only=False, keep=self.cfg.keep_checkpoints)
+        save(self.manager, state, self.cfg, update)
+        self.last_saved = update
+        if self.every:
+            self.next_due = (update // self.every + 1) * self.every
+
+    def close(self) -> None:
+        if self.manager is not None:
+            self.manager.wait_until_finished()
+            self.manager.close()

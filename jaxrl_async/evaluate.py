@@ -1,0 +1,208 @@
+"""Evaluation on fresh environments: ``jra.evaluate(params, cfg, num_episodes, greedy=True)``.
+
+``num_episodes`` envs run in parallel from a fresh reset until each has finished one episode
+(one compiled ``while_loop``). ``greedy=True`` acts with the policy's mode (argmax of the
+logits, the Gaussian mean) through the algorithm's ``eval_act``. For a config with
+``normalize_obs`` the observations are standardised with the training statistics, frozen: pass
+the training state (a ``TrainResult`` or ``RunState``) instead of bare params, or
+``obs_moments=``. ``save_gif`` records one episode for envs gymnax can draw.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxrl_async.algos import make_algorithm
+from jaxrl_async.envs import RunningMoments, make_env, normalize
+from jaxrl_async.rollout import env_keys
+from jaxrl_async.runners.common import RunState, TrainResult
+
+
+def obs_moments(state: RunState) -> RunningMoments | None:
+    """The observation-normalisation statistics in a run state (one env's copy), if any."""
+    env_state = state.env.env_state
+    if not hasattr(env_state, "moments"):
+        return None
+    return jax.tree.map(lambda x: x[0], env_state.moments)
+
+
+def _split(source: Any, cfg: Any, moments: RunningMoments | None):
+    """(policy params, moments) from params, a ``RunState`` or a ``TrainResult``."""
+    if isinstance(source, TrainResult):
+        source = source.state
+    if isinstance(source, RunState) or hasattr(source, "learner") and hasattr(source, "env"):
+        params = _env_algo(cfg)[1].policy_params(source.learner)
+        return params, obs_moments(source) if moments is None else moments
+    return source, moments
+
+
+@functools.cache
+def _env_algo(cfg: Any):
+    env = make_env(cfg.env, flatten_obs=cfg.flatten_obs, normalize_obs=False)
+    return env, make_algorithm(cfg, env.spec)
+
+
+def _policy(cfg: Any, greedy: bool):
+    """``(params, obs [B], keys [B], memory, first) -> (action [B], memory)``."""
+    env, algo = _env_algo(cfg)
+    recurrent = algo.init_memory is not None
+    if algo.eval_act is None and greedy:
+        raise ValueError(f"{type(cfg).__name__}: the {cfg.name} algorithm has no eval_act, so "
+                         "it cannot act greedily; use greedy=False (its behaviour policy)")
+
+    def one(params, obs, key, memory, first):
+        if algo.eval_act is None:  # greedy=False: the behaviour policy
+            if recurrent:
+                action, _, memory = algo.act(params, obs, key, memory, first)
+                return action, memory
+            return algo.act(params, obs, key)[0], memory
+        if recurrent:
+            return algo.eval_act(params, obs, key, greedy, memory, first)
+        return algo.eval_act(params, obs, key, greedy), memory
+
+    return jax.vmap(one, in_axes=(None, 0, 0, 0, 0)), algo
+
+
+@functools.cache
+def _program(cfg: Any, num_episodes: int, greedy: bool, max_steps: int):
+    env, _ = _env_algo(cfg)
+    policy, algo = _policy(cfg, greedy)
+
+    def run(params, moments, key):
+        def observe(obs):
+            return obs if moments is None else normalize(obs, moments)
+
+        ids = jnp.arange(num_episodes, dtype=jnp.int32)
+        reset_key, key = jax.random.split(key)
+        obs, env_state = env.reset(env_keys(reset_key, ids))
+        memory = ()
+        if algo.init_memory is not None:
+            memory = jax.vmap(lambda _: algo.init_memory())(ids)
+        zeros = jnp.zeros(num_episodes, jnp.float32)
+        carry = (env_state, observe(obs), memory, jnp.ones(num_episodes, bool),
+                 jnp.zeros(num_episodes, bool), zeros, zeros, jnp.int32(0))
+
+        def running(c):
+            return (~c[4]).any() & (c[7] < max_steps)
+
+        def step(c):
+            env_state, obs, memory, first, done, returns, lengths, t = c
+            keys = env_keys(jax.random.fold_in(key, t), ids)
+            act_keys, env_keys_ = jax.vmap(jax.random.split, out_axes=1)(keys)
+            action, memory = policy(params, obs, act_keys, memory, first)
+            next_obs, env_state, _, terminated, truncated, info = env.step(
+                env_keys_, env_state, action)
+            ended = info["episode_done"] & ~done
+            returns = jnp.where(ended, info["episode_return"], returns)
+            lengths = jnp.where(ended, info["episode_length"].astype(jnp.float32), lengths)
+            return (env_state, observe(next_obs), memory, terminated | truncated,
+                    done | info["episode_done"], returns, lengths, t + 1)
+
+        out = lax.while_loop(running, step, carry)
+        return out[5], out[6], out[4]
+
+    return jax.jit(run)
+
+
+def evaluate(
+    params: Any,
+    cfg: Any,
+    num_episodes: int = 10,
+    greedy: bool = True,
+    *,
+    seed: int = 0,
+    obs_moments: RunningMoments | None = None,
+    max_steps: int | None = None,
+) -> dict[str, Any]:
+    """Returns of ``num_episodes`` episodes on fresh envs.
+
+    ``params``: policy params, or the training state (``TrainResult``/``RunState``), which
+    also carries the observation statistics a ``normalize_obs`` config needs. Returns
+    ``{"returns": [n], "lengths": [n], "mean_return", "std_return", "mean_length",
+    "num_episodes", "greedy"}``; episodes still running after ``max_steps`` (default: the
+    env's time limit, else 10,000) count with their return so far.
+    """
+    if num_episodes < 1:
+        raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
+    params, moments = _split(params, cfg, obs_moments)
+    if cfg.normalize_obs and moments is None:
+        raise ValueError(f"{type(cfg).__name__}.normalize_obs is set: evaluation needs the "
+                         "training statistics; pass the training state (result or "
+                         "result.state) instead of bare params, or obs_moments=...")
+    if not cfg.normalize_obs:
+        moments = None
+    spec = _env_algo(cfg)[0].spec
+    max_steps = max_steps or spec.max_episode_steps or 10_000
+    program = _program(cfg, int(num_episodes), bool(greedy), int(max_steps))
+    returns, lengths, done = jax.device_get(program(params, moments, jax.random.key(seed)))
+    return {
+        "returns": np.asarray(returns), "lengths": np.asarray(lengths),
+        "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
+        "mean_length": float(np.mean(lengths)), "num_episodes": int(num_episodes),
+        "greedy": bool(greedy), "all_finished": bool(np.all(done)),
+    }
+
+
+def save_gif(
+    params: Any,
+    cfg: Any,
+    path: str | Path,
+    greedy: bool = True,
+    *,
+    seed: int = 0,
+    obs_moments: RunningMoments | None = None,
+    max_frames: int = 500,
+) -> Path:
+    """Render one episode (at most ``max_frames`` steps) to a GIF with gymnax's visualizer.
+
+    Works for the envs gymnax draws: MinAtar, bsuite Catch, and the classic-control ones
+    (those need ``pip install jaxrl_async[render]``, for pygame).
+    """
+    import os
+
+    import gymnax
+
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # pygame (classic control): no sound
+    from gymnax.visualize import Visualizer
+
+    params, moments = _split(params, cfg, obs_moments)
+    moments = moments if cfg.normalize_obs else None
+    env, _ = _env_algo(cfg)
+    raw_env, raw_params = gymnax.make(cfg.env)
+    policy, _ = _policy(cfg, greedy)
+
+    @jax.jit
+    def act(params, obs, key):
+        obs = obs if moments is None else normalize(obs, moments)
+        return policy(params, obs[None], key[None], (), jnp.ones(1, bool))[0][0]
+
+    inner = _gymnax_state  # the raw gymnax state under our wrappers
+    key = jax.random.key(seed)
+    obs, state = jax.jit(env.reset)(env_keys(key, jnp.zeros(1, jnp.int32)))
+    step = jax.jit(env.step)
+    frames, rewards = [jax.tree.map(lambda x: x[0], inner(state))], []
+    for _ in range(max_frames):
+        key, act_key, env_key = jax.random.split(key, 3)
+        action = act(params, obs[0], act_key)
+        obs, state, reward, terminated, truncated, _ = step(env_key[None], state, action[None])
+        if bool(terminated[0] | truncated[0]):
+            break
+        frames.append(jax.tree.map(lambda x: x[0], inner(state)))
+        rewards.append(float(reward[0]))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Visualizer(raw_env, raw_params, frames, np.cumsum([0.0, *rewards])).animate(str(path))
+    return path
+
+
+def _gymnax_state(state: Any) -> Any:
+    while hasattr(state, "env_state"):
+        state = state.env_state
+    return state

@@ -1,0 +1,505 @@
+"""Hyperparameter sweeps in one compile: ``jra.sweep(cfg, grid={...}, seeds=4)``.
+
+A config is a pytree whose leaves are exactly its ``hyper`` fields, so stacking many configs
+(leaves with a leading axis) and ``vmap``-ing the sync runner's per-run program over that axis
+trains them all in one compiled program; ``static`` fields (shapes, structure) cannot vary
+inside it and are rejected by name. The configs × seeds runs are spread over all local devices
+with ``jax.shard_map`` (``pmap``'s successor; padded to a multiple of the device count), each
+device ``vmap``-ing its share.
+
+Run ``(config c, seed s)`` uses ``jax.random.key(s)`` exactly like ``jra.train(cfg_c, seed=s)``
+and ``jra.make_train(cfg_c)(jax.random.key(s))``, so every row can be reproduced alone (to float
+tolerance: batched kernels may round differently), and all configs see the same seeds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import functools
+import itertools
+import math
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from jaxrl_async.config import hyper_fields, static_fields
+from jaxrl_async.logging import final_return
+from jaxrl_async.runners import sync
+from jaxrl_async.runners.common import build, check_devices, compiler_options
+
+AXIS = "runs"
+
+
+class Uniform(NamedTuple):
+    """A uniform range for ``random_search``."""
+
+    low: float
+    high: float
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.uniform(self.low, self.high, n)
+
+
+class LogUniform(NamedTuple):
+    """A log-uniform range for ``random_search`` (learning rates, coefficients)."""
+
+    low: float
+    high: float
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.exp(rng.uniform(math.log(self.low), math.log(self.high), n))
+
+
+# --------------------------------------------------------------------------- points
+def check_sweepable(cfg: Any, names: Sequence[str]) -> None:
+    """``ValueError`` naming any field that is not a traced (``hyper``) field of ``cfg``."""
+    sweepable = hyper_fields(cfg)
+    bad = [n for n in names if n not in sweepable]
+    if not bad:
+        return
+    cls = type(cfg).__name__
+    unknown = [n for n in bad if n not in static_fields(cfg)]
+    if unknown:
+        raise ValueError(f"{cls} has no field(s) {', '.join(unknown)}; sweepable fields: "
+                         f"{', '.join(sweepable)}")
+    raise ValueError(
+        f"{cls}.{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} static (shape or program "
+        f"structure) and cannot vary inside one compiled sweep; sweepable (traced) fields: "
+        f"{', '.join(sweepable)}. Sweep a static field with one sweep per value."
+    )
+
+
+def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Every combination of the grid's values, the first key varying slowest."""
+    for name, values in grid.items():
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+            raise ValueError(f"grid[{name!r}] must be a non-empty list of values, got {values!r}")
+    return [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
+
+
+def sample_points(space: Mapping[str, Any], num_samples: int, seed: int = 0) -> list[dict]:
+    """``num_samples`` points drawn from ``space`` (``Uniform``/``LogUniform`` ranges, or a list
+    to choose from uniformly) by a NumPy generator seeded with ``seed``."""
+    rng = np.random.default_rng(seed)
+    columns = {}
+    for name, dist in space.items():
+        if isinstance(dist, (Uniform, LogUniform)):
+            if not dist.low < dist.high or (isinstance(dist, LogUniform) and dist.low <= 0):
+                raise ValueError(f"space[{name!r}] needs 0 < low < high (log) or low < high, "
+                                 f"got {dist}")
+            columns[name] = [float(v) for v in dist.sample(rng, num_samples)]
+        elif isinstance(dist, Sequence) and not isinstance(dist, str) and dist:
+            columns[name] = [dist[i] for i in rng.integers(0, len(dist), num_samples)]
+        else:
+            raise ValueError(f"space[{name!r}] must be Uniform(...), LogUniform(...) or a list, "
+                             f"got {dist!r}")
+    return [{k: v[i] for k, v in columns.items()} for i in range(num_samples)]
+
+
+# --------------------------------------------------------------------------- the program
+def _stack(configs: Sequence[Any]) -> Any:
+    """One config whose hyper leaves carry a leading run axis: float32 for fields declared
+    ``float`` (so ``ent_coef=[0, 1]`` traces like ``[0.0, 1.0]``), int32 for integers."""
+    types = {f.name: str(f.type) for f in dataclasses.fields(configs[0])}
+
+    def column(name: str) -> np.ndarray:
+        x = np.asarray([getattr(c, name) for c in configs])
+        if types[name] in ("float", "<class 'float'>") or x.dtype.kind == "f":
+            return x.astype(np.float32)
+        return x.astype(np.int32) if x.dtype.kind in "iu" else x
+
+    leaves = [column(name) for name in hyper_fields(configs[0])]
+    return jax.tree.unflatten(jax.tree.structure(configs[0]), leaves)
+
+
+class _Progress:
+    """Host side of the in-program progress report (one device callback per log chunk)."""
+
+    active: _Progress | None = None
+    lock = threading.Lock()
+
+    def __init__(self, bar: Any, runs_per_device: list[int], steps_per_update: int):
+        self.bar, self.runs, self.spu = bar, runs_per_device, steps_per_update
+        self.done = [0] * len(runs_per_device)
+        self.start = time.perf_counter()
+
+    @staticmethod
+    def tick(device: Any, update: Any, best: Any) -> None:
+        with _Progress.lock:
+            self = _Progress.active
+            if self is None:
+                return
+            self.done[int(device)] = int(update)
+            steps = sum(u * r for u, r in zip(self.done, self.runs)) * self.spu
+            self.bar.update(max(steps - self.bar.n, 0))
+            sps = steps / max(time.perf_counter() - self.start, 1e-9)
+            best = float(best)
+            shown = f"{best:.1f}" if math.isfinite(best) else "n/a"
+            self.bar.set_postfix_str(f"SPS={sps:,.0f}, best return={shown}")
+
+
+@functools.cache
+def _program(num_devices: int, num_updates: int, log_every: int, progress: bool,
+             options: tuple) -> Any:
+    """The jitted sweep: stacked configs and seeds ``[R]`` -> (final params, metrics
+    ``[R, num_updates]``). Cached, so repeating a sweep of the same shape does not recompile."""
+
+    def runs(cfgs: Any, seeds: jax.Array):
+        def init(cfg, seed):
+            return sync.program(cfg).init(jax.random.key(seed))
+
+        def update(cfg, state):
+            return sync.program(cfg).update(state)
+
+        def body(states, _):
+            states, metrics = jax.vmap(update)(cfgs, states)
+            if progress:
+                done = states.update[0]
+                device = lax.axis_index(AXIS) if num_devices > 1 else 0
+                best = jnp.nanmax(metrics["episode_return"])
+                report = (done % log_every == 0) | (done == num_updates)
+                lax.cond(report, lambda: jax.debug.callback(_Progress.tick, device, done, best),
+                         lambda: None)
+            return states, metrics
+
+        states = jax.vmap(init)(cfgs, seeds)
+        states, metrics = lax.scan(body, states, None, length=num_updates)
+        params = jax.vmap(lambda c, s: build(c)[1].policy_params(s))(cfgs, states.learner)
+        return params, jax.tree.map(lambda m: jnp.swapaxes(m, 0, 1), metrics)
+
+    if num_devices > 1:
+        mesh = Mesh(np.array(jax.local_devices()[:num_devices]), (AXIS,))
+        runs = jax.shard_map(runs, mesh=mesh, in_specs=P(AXIS), out_specs=P(AXIS),
+                             check_vma=False)
+    return jax.jit(runs, compiler_options=dict(options) or None)
+
+
+def _wait(tree: Any) -> Any:
+    """Block until ``tree`` is computed, in short sleeps, so Ctrl-C is not held off."""
+    for leaf in jax.tree.leaves(tree):
+        while not leaf.is_ready():
+            time.sleep(0.02)
+    return jax.device_get(tree)
+
+
+# --------------------------------------------------------------------------- results
+@dataclasses.dataclass(frozen=True)
+class SweepResult:
+    """What a sweep returns: the tidy table (``rows``), the curves and final params.
+
+    ``curves[name]`` is ``[configs, seeds, updates]``; ``params`` leaves are
+    ``[configs, seeds, ...]``; ``rows`` has one dict per (config, seed).
+    """
+
+    base: Any
+    fields: tuple[str, ...]
+    points: list[dict[str, Any]]
+    configs: list[Any]
+    seeds: tuple[int, ...]
+    curves: dict[str, np.ndarray]
+    params: Any
+    timing: dict[str, float]
+    grid: dict[str, list] | None = None  # the grid's axes (None for random search)
+
+    @property
+    def final_return(self) -> np.ndarray:
+        """``[configs, seeds]`` mean return of the last 10 updates."""
+        returns = self.curves["episode_return"]
+        return np.array([[final_return({"episode_return": r}) for r in per_cfg]
+                         for per_cfg in returns])
+
+    @property
+    def auc(self) -> np.ndarray:
+        """``[configs, seeds]`` area under the learning curve per update: the mean return over
+        all updates (updates before any episode ended are skipped)."""
+        with np.errstate(all="ignore"), _quiet_nan():
+            return np.nanmean(self.curves["episode_return"], axis=-1)
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The tidy table: one row per (config, seed)."""
+        final, auc = self.final_return, self.auc
+        out = []
+        for c, point in enumerate(self.points):
+            for s, seed in enumerate(self.seeds):
+                out.append({"config": c, **point, "seed": seed,
+                            "final_return": float(final[c, s]), "auc": float(auc[c, s]),
+                            "sps": self.timing["sps_per_run"]})
+        return out
+
+    def summary(self, metric: str = "final_return") -> list[dict[str, Any]]:
+        """One row per config: its values and the mean and std of ``metric`` over seeds."""
+        values = getattr(self, metric)
+        return [{"config": c, **point, metric: float(np.nanmean(values[c])),
+                 f"{metric}_std": float(np.nanstd(values[c]))}
+                for c, point in enumerate(self.points)]
+
+    def best(self, metric: str = "final_return", maximize: bool = True) -> dict[str, Any]:
+        """The best config by ``metric`` (``final_return`` or ``auc``) averaged over seeds: its
+        summary row plus ``"cfg"``, the config itself."""
+        rows = self.summary(metric)
+        scores = np.array([r[metric] for r in rows])
+        scores = np.where(np.isnan(scores), -np.inf if maximize else np.inf, scores)
+        i = int(np.argmax(scores) if maximize else np.argmin(scores))
+        return {**rows[i], "cfg": self.configs[i]}
+
+    def to_csv(self, path: str | Path) -> Path:
+        """Write the tidy table (one row per config × seed) as CSV."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = self.rows
+        with path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        return path
+
+    def to_pandas(self) -> Any:
+        """The tidy table as a pandas DataFrame (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+    def plot(self, metric: str = "final_return", path: str | Path | None = None) -> Any:
+        """A heatmap of ``metric`` (mean over seeds) for a 2-D grid; learning curves with
+        min-max seed bands for a 1-D grid; ``metric`` against each field otherwise. Returns the
+        figure (saved to ``path`` when given)."""
+        import matplotlib.pyplot as plt
+
+        grid = self.grid or {}
+        if len(grid) == 2:
+            fig = self._heatmap(metric)
+        elif len(grid) == 1:
+            fig = self._curves()
+        else:
+            fig = self._scatter(metric)
+        fig.tight_layout()
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(path)
+            plt.close(fig)
+        return fig
+
+    def _heatmap(self, metric: str) -> Any:
+        import matplotlib.pyplot as plt
+
+        (row_name, row_values), (col_name, col_values) = self.grid.items()
+        mean = np.nanmean(getattr(self, metric), axis=1).reshape(len(row_values),
+                                                                  len(col_values))
+        fig, ax = plt.subplots(figsize=(1.2 * len(col_values) + 2.5, 0.8 * len(row_values) + 1.5))
+        image = ax.imshow(mean, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(col_values)), [f"{v:g}" for v in col_values])
+        ax.set_yticks(range(len(row_values)), [f"{v:g}" for v in row_values])
+        ax.set_xlabel(col_name)
+        ax.set_ylabel(row_name)
+        finite = mean[np.isfinite(mean)]
+        middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
+        for (i, j), value in np.ndenumerate(mean):
+            ax.text(j, i, f"{value:.0f}", ha="center", va="center",
+                    color="black" if value > middle else "white")
+        fig.colorbar(image, ax=ax, label=f"{metric} (mean of {len(self.seeds)} seeds)")
+        ax.set_title(f"{self.base.name.upper()} on {self.base.env}")
+        return fig
+
+    def _curves(self) -> Any:
+        import matplotlib.pyplot as plt
+
+        (name, values), = self.grid.items()
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        steps = self.curves["env_steps"][0, 0]
+        for c, value in enumerate(values):
+            returns = self.curves["episode_return"][c]
+            with _quiet_nan():
+                mean = np.nanmean(returns, axis=0)
+                low, high = np.nanmin(returns, axis=0), np.nanmax(returns, axis=0)
+            (line,) = ax.plot(steps, mean, label=f"{name}={value:g}")
+            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel("mean episodic return")
+        ax.set_title(f"{self.base.name.upper()} on {self.base.env}: {len(self.seeds)} seeds "
+                     "(band: min-max)")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        return fig
+
+    def _scatter(self, metric: str) -> Any:
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, len(self.fields), figsize=(4 * len(self.fields), 3.5),
+                                 squeeze=False)
+        values = getattr(self, metric)
+        for ax, name in zip(axes[0], self.fields):
+            x = np.array([p[name] for p in self.points], dtype=float)
+            ax.scatter(np.repeat(x, len(self.seeds)), values.ravel(), alpha=0.7)
+            if x.min() > 0 and x.max() / x.min() > 20:
+                ax.set_xscale("log")
+            ax.set_xlabel(name)
+            ax.set_ylabel(metric)
+            ax.grid(alpha=0.3)
+        return fig
+
+
+@contextlib.contextmanager
+def _quiet_nan() -> Iterator[None]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+# --------------------------------------------------------------------------- entry points
+def sweep(
+    cfg: Any,
+    grid: Mapping[str, Sequence[Any]],
+    seeds: int | Sequence[int] = 1,
+    *,
+    num_devices: int | None = None,
+    progress: bool = True,
+) -> SweepResult:
+    """Train every point of ``grid`` (dict: field -> values) for every seed in ONE compiled
+    program, spread over ``num_devices`` (default: all local devices).
+
+        result = jra.sweep(cfg, grid={"lr": [1e-4, 3e-4, 1e-3], "ent_coef": [0.0, 0.01]},
+                           seeds=4)
+        result.best()["cfg"], result.to_csv("sweep.csv"), result.plot()
+    """
+    points = grid_points(grid)
+    check_sweepable(cfg, list(grid))
+    return run_points(cfg, points, seeds, num_devices=num_devices, progress=progress,
+                      grid={k: list(v) for k, v in grid.items()})
+
+
+def random_search(
+    cfg: Any,
+    space: Mapping[str, Any],
+    num_samples: int,
+    seeds: int | Sequence[int] = 1,
+    *,
+    seed: int = 0,
+    num_devices: int | None = None,
+    progress: bool = True,
+) -> SweepResult:
+    """Like ``sweep`` for ``num_samples`` points drawn from ``space`` (field ->
+    ``jra.LogUniform(lo, hi)``, ``jra.Uniform(lo, hi)`` or a list), drawn with ``seed``."""
+    check_sweepable(cfg, list(space))
+    return run_points(cfg, sample_points(space, num_samples, seed), seeds,
+                      num_devices=num_devices, progress=progress)
+
+
+def run_points(
+    cfg: Any,
+    points: Sequence[Mapping[str, Any]],
+    seeds: int | Sequence[int] = 1,
+    *,
+    num_devices: int | None = None,
+    progress: bool = True,
+    grid: dict[str, list] | None = None,
+) -> SweepResult:
+    """Train ``cfg`` updated with each of ``points`` for every seed, in one compiled program."""
+    if not points:
+        raise ValueError("a sweep needs at least one point")
+    fields = tuple(dict.fromkeys(k for p in points for k in p))
+    check_sweepable(cfg, fields)
+    if cfg.runner.name != "sync" or cfg.runner.num_devices != 1:
+        raise ValueError(f"{type(cfg).__name__}.runner: a sweep spreads whole runs over the "
+                         "devices, one device per run; use runner=SyncConfig(num_devices=1)")
+    seeds = tuple(range(seeds)) if isinstance(seeds, int) else tuple(int(s) for s in seeds)
+    if not seeds or not all(0 <= s < 2**31 for s in seeds):
+        raise ValueError(f"seeds must be a positive count or non-empty seeds in [0, 2**31), "
+                         f"got {seeds}")
+    configs = [dataclasses.replace(cfg, **p) for p in points]  # validates every point now
+
+    num_runs = len(configs) * len(seeds)
+    devices = min(num_devices or jax.local_device_count(), num_runs)
+    check_devices("num_devices", devices, cfg)
+    padded = -(-num_runs // devices) * devices
+    run_cfgs = [c for c in configs for _ in seeds]
+    run_seeds = [s for _ in configs for s in seeds]
+    run_cfgs += run_cfgs[-1:] * (padded - num_runs)  # padding: repeats of the last run
+    run_seeds += run_seeds[-1:] * (padded - num_runs)
+    stacked, seed_array = _stack(run_cfgs), np.asarray(run_seeds, np.int32)
+
+    program = _program(devices, cfg.num_updates, cfg.log_every, progress,
+                       tuple(sorted(compiler_options(cfg).items())))
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=num_runs * cfg.num_updates * cfg.steps_per_update, unit="step",
+                   unit_scale=True, dynamic_ncols=True, mininterval=0.5,
+                   desc=f"sweep {len(configs)} configs x {len(seeds)} seeds (compiling)")
+    try:
+        start = time.perf_counter()
+        compiled = program.lower(stacked, seed_array).compile()
+        compile_s = time.perf_counter() - start
+        if bar is not None:
+            bar.set_description(f"sweep {len(configs)} configs x {len(seeds)} seeds")
+            bar.reset()  # rates and ETA count from here, not from the compile
+            per_device = [padded // devices] * devices
+            per_device[-1] -= padded - num_runs
+            _Progress.active = _Progress(bar, per_device, cfg.steps_per_update)
+        start = time.perf_counter()
+        params, metrics = _wait(compiled(stacked, seed_array))
+        train_s = time.perf_counter() - start
+    finally:
+        _Progress.active = None
+        if bar is not None:
+            bar.close()
+
+    def per_run(x: np.ndarray) -> np.ndarray:
+        return np.asarray(x)[:num_runs].reshape(len(configs), len(seeds), *np.shape(x)[1:])
+
+    steps = num_runs * cfg.num_updates * cfg.steps_per_update
+    timing = {"compile_s": compile_s, "train_s": train_s, "sps": steps / max(train_s, 1e-9),
+              "sps_per_run": steps / num_runs / max(train_s, 1e-9), "runs": num_runs,
+              "devices": devices, "padded_runs": padded - num_runs}
+    return SweepResult(
+        base=cfg, fields=fields, points=[dict(p) for p in points], configs=configs,
+        seeds=seeds, curves={k: per_run(v) for k, v in metrics.items()},
+        params=jax.tree.map(per_run, params), timing=timing, grid=grid,
+    )
+
+
+def use_cpu_cores() -> bool:
+    """On a CPU, make one XLA device per core, so a sweep's runs spread over all cores (XLA:CPU
+    runs one small program on one core; ``vmap`` alone does not use more). Call it right after
+    ``import jax``, before anything runs; returns False (and changes nothing) when it is too
+    late or ``XLA_FLAGS`` already sets a device count. Harmless on GPU/TPU machines."""
+    import os
+
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return False
+    try:
+        jax.config.update("jax_num_cpu_devices", os.cpu_count() or 1)
+    except RuntimeError:  # the backends have started
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def count_compiles() -> Iterator[list[str]]:
+    """Collect the names of the XLA programs compiled inside the block (via
+    ``jax.monitoring``), e.g. ``with count_compiles() as names: ...; len(names)``."""
+    names: list[str] = []
+
+    def listener(event: str, duration: float, **kwargs: Any) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            names.append(str(kwargs.get("fun_name", "?")))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield names
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)

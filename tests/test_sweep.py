@@ -1,0 +1,162 @@
+"""Sweeps: one compile for a whole grid x seeds over 4 devices, each run equal to that config
+trained alone, static fields rejected by name, the table, plots and random search."""
+
+import csv
+import importlib
+import json
+
+import jax
+import numpy as np
+import pytest
+
+import jaxrl_async as jra
+from jaxrl_async.cli import main
+from jaxrl_async.sweep import count_compiles, grid_points, sample_points
+
+TINY = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
+                     update_epochs=2, total_timesteps=4 * 16 * 5, log_every=2)
+sweep_module = importlib.import_module("jaxrl_async.sweep")  # jra.sweep is the function
+GRID = {"lr": [1e-3, 3e-4, 1e-4], "ent_coef": [0.0, 0.05]}
+SEEDS = 3  # 6 configs x 3 seeds = 18 runs: padded to 20 on 4 devices
+
+
+@pytest.fixture(scope="module")
+def swept(devices):
+    sweep_module._program.cache_clear()  # so the count below sees this sweep's compile
+    with count_compiles() as compiled:
+        result = jra.sweep(TINY, grid=GRID, seeds=SEEDS, progress=True)
+    return result, compiled
+
+
+def test_whole_sweep_is_one_compile_over_all_devices(swept):
+    result, compiled = swept
+    assert compiled == ["jit(runs)"], compiled  # one XLA program, nothing else compiled
+    assert result.timing["runs"] == 18 and result.timing["devices"] == 4
+    assert result.timing["padded_runs"] == 2
+    assert result.curves["episode_return"].shape == (6, SEEDS, TINY.num_updates)
+    assert jax.tree.leaves(result.params)[0].shape[:2] == (6, SEEDS)
+
+
+def test_each_run_equals_that_config_trained_alone(swept):
+    result, _ = swept
+    config, seed = 5, 2  # the last run: on the last device, next to the padding
+    cfg = result.configs[config]
+    assert (cfg.lr, cfg.ent_coef) == (result.points[config]["lr"],
+                                      result.points[config]["ent_coef"])
+    alone = jax.jit(jra.make_train(cfg))(jax.random.key(result.seeds[seed]))
+    for name, values in alone.metrics.items():
+        np.testing.assert_allclose(result.curves[name][config, seed], values, rtol=1e-4,
+                                   atol=1e-5, err_msg=name)
+    swept_params = jax.tree.map(lambda x: x[config, seed], result.params)
+    for a, b in zip(jax.tree.leaves(alone.params), jax.tree.leaves(swept_params)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    # and the configs really differ: another config's curve is not this one
+    other = (config + 1) % len(result.configs)
+    assert not np.allclose(result.curves["loss"][other, seed], alone.metrics["loss"])
+
+
+def test_static_field_is_rejected_by_name_before_compiling():
+    with count_compiles() as compiled:
+        with pytest.raises(ValueError, match=r"PPOConfig\.num_envs is static") as err:
+            jra.sweep(TINY, grid={"lr": [1e-3], "num_envs": [4, 8]})
+        with pytest.raises(ValueError, match=r"hidden_sizes, num_steps are static"):
+            jra.random_search(TINY, {"hidden_sizes": [(32,), (64,)], "num_steps": [8, 16]}, 2)
+        with pytest.raises(ValueError, match="no field"):
+            jra.sweep(TINY, grid={"learning_rate": [1e-3]})
+        with pytest.raises(ValueError, match=r"PPOConfig\.lr must be > 0"):
+            jra.sweep(TINY, grid={"lr": [1e-3, -1.0]})  # every point validated up front
+    assert "sweepable (traced) fields: gamma, lr" in str(err.value)
+    assert compiled == []
+
+
+def test_grid_order_and_table(swept, tmp_path):
+    result, _ = swept
+    assert result.points == grid_points(GRID)
+    assert [p["lr"] for p in result.points[:2]] == [1e-3, 1e-3]  # first key varies slowest
+    rows = result.rows
+    assert len(rows) == 18
+    assert set(rows[0]) == {"config", "lr", "ent_coef", "seed", "final_return", "auc", "sps"}
+    assert [r["seed"] for r in rows[:3]] == [0, 1, 2]
+    path = result.to_csv(tmp_path / "sweep.csv")
+    with path.open() as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 18 and float(table[4]["final_return"]) == pytest.approx(
+        rows[4]["final_return"])
+    best = result.best()
+    finals = result.final_return.mean(1)
+    assert best["config"] == int(np.nanargmax(finals))
+    assert best["cfg"] == result.configs[best["config"]]
+    assert result.best(maximize=False)["config"] == int(np.nanargmin(finals))
+    assert result.rows[0]["sps"] > 0 and result.timing["compile_s"] > 0
+
+
+def test_plots(swept, tmp_path):
+    result, _ = swept
+    heat = result.plot(path=tmp_path / "heat.png")
+    assert heat.axes[0].get_xlabel() == "ent_coef" and heat.axes[0].get_ylabel() == "lr"
+    assert (tmp_path / "heat.png").stat().st_size > 1000
+    one_d = jra.SweepResult(**{**result.__dict__, "grid": {"lr": GRID["lr"]},
+                               "points": [{"lr": v} for v in GRID["lr"]],
+                               "configs": result.configs[::2], "fields": ("lr",),
+                               "curves": {k: v[::2] for k, v in result.curves.items()}})
+    fig = one_d.plot(path=tmp_path / "curves.png")
+    assert len(fig.axes[0].get_lines()) == 3  # one curve (with a seed band) per value
+    assert (tmp_path / "curves.png").stat().st_size > 1000
+
+
+def test_sample_points_ranges_and_determinism():
+    space = {"lr": jra.LogUniform(1e-5, 1e-1), "clip_eps": jra.Uniform(0.1, 0.3),
+             "gae_lambda": [0.9, 0.95]}
+    points = sample_points(space, 2000, seed=1)
+    assert points == sample_points(space, 2000, seed=1)
+    assert points != sample_points(space, 2000, seed=2)
+    lr = np.array([p["lr"] for p in points])
+    clip = np.array([p["clip_eps"] for p in points])
+    assert lr.min() >= 1e-5 and lr.max() <= 1e-1 and clip.min() >= 0.1 and clip.max() <= 0.3
+    assert np.median(lr) == pytest.approx(1e-3, rel=0.3)  # log-uniform: geometric middle
+    assert np.median(clip) == pytest.approx(0.2, abs=0.02)
+    assert {p["gae_lambda"] for p in points} == {0.9, 0.95}
+    with pytest.raises(ValueError, match="low"):
+        sample_points({"lr": jra.LogUniform(0.0, 1.0)}, 2)
+
+
+def test_random_search_reuses_the_compiled_sweep(swept):
+    # 6 samples x 3 seeds: the same program shape as the grid, so nothing is compiled again.
+    with count_compiles() as compiled:
+        result = jra.random_search(TINY, {"lr": jra.LogUniform(1e-4, 1e-2),
+                                          "vf_coef": jra.Uniform(0.25, 1.0)},
+                                   num_samples=6, seeds=SEEDS, seed=3)
+    assert compiled == []
+    assert result.grid is None and result.fields == ("lr", "vf_coef")
+    assert [c.lr for c in result.configs] == [p["lr"] for p in sample_points(
+        {"lr": jra.LogUniform(1e-4, 1e-2), "vf_coef": jra.Uniform(0.25, 1.0)}, 6, 3)]
+    assert len({round(float(r), 6) for r in result.curves["loss"][:, 0, -1]}) == 6
+
+
+def test_sweep_rejects_a_multi_device_run():
+    cfg = jra.PPOConfig(**{**TINY.__dict__, "runner": jra.SyncConfig(num_devices=2)})
+    with pytest.raises(ValueError, match="one device per run"):
+        jra.sweep(cfg, grid={"lr": [1e-3]})
+
+
+def test_sweep_command_line(swept, tmp_path, capsys):
+    # The same sweep as the fixture's, from the command line: the sweep program is cached by
+    # shape and static config, so it is not compiled again.
+    out = tmp_path / "sweep"
+    with count_compiles() as compiled:
+        code = main(["sweep", "--total-timesteps", "320", "--num-envs", "4", "--num-steps",
+                     "16", "--num-minibatches", "2", "--update-epochs", "2", "--log-every", "2",
+                     "--grid", "lr=1e-3,3e-4,1e-4", "--grid", "ent_coef=0,0.05", "--seeds",
+                     "3", "--out", str(out)])
+    assert code == 0 and compiled == []
+    captured = capsys.readouterr()
+    text = captured.out
+    assert "6 configs x 3 seeds = 18 runs on 4 device(s), one compile" in text
+    assert "best:" in text and "SPS=" in captured.err  # the progress bar
+    rows = (out / "results.csv").read_text().splitlines()
+    assert rows[0] == "config,lr,ent_coef,seed,final_return,auc,sps" and len(rows) == 19
+    best = json.loads((out / "best.json").read_text())
+    assert best["config"]["_type"] == "PPOConfig" and best["lr"] in (1e-3, 3e-4, 1e-4)
+    assert (out / "sweep.png").stat().st_size > 1000
+    assert main(["sweep", "--grid", "num_envs=4,8", "--no-progress"]) == 2
+    assert "PPOConfig.num_envs is static" in capsys.readouterr().err

@@ -129,6 +129,13 @@ def config(cls: type[T]) -> type[T]:
     return cls
 
 
+def redefault(cls: type, name: str, default: Any) -> Any:
+    """Field ``name`` of config class ``cls`` (kind and check kept) with another default, for a
+    subclass: ``activation: str = redefault(TrainConfig, "activation", "relu")``."""
+    f = cls.__dataclass_fields__[name]
+    return dataclasses.field(default=default, metadata=f.metadata)
+
+
 def hyper_fields(cfg: Any) -> tuple[str, ...]:
     """Names of the traced (sweepable) fields of a config."""
     return type(cfg)._hyper_fields
@@ -248,6 +255,13 @@ class TrainConfig:
         from jaxrl_async.envs import env_spec
 
         return env_spec(self.env).discrete
+
+    def require_discrete(self, discrete: bool) -> None:
+        """``ValueError`` naming ``env`` when its action space is not the kind the algorithm
+        handles (call from ``validate``)."""
+        if self.is_discrete != discrete:
+            kind = "discrete" if discrete else "continuous"
+            fail(self, "env", f"must have {kind} actions for {type(self).__name__}")
 
 
 def field_docs(cls: type) -> dict[str, str]:

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
+import optax
 from jax import lax
 
 
@@ -35,6 +37,10 @@ class Algorithm(NamedTuple):
     - ``init_memory() -> memory``: for recurrent policies, one env's initial memory; then
       ``act(params, obs, key, memory, first) -> (action, extras, memory)`` must reset the memory
       where ``first`` (the first step of an episode). ``None`` for feedforward policies.
+
+    Learner state that belongs to the envs rather than to the learner (a replay buffer) is
+    wrapped in ``PerEnv``: ``init`` returns ONE env's share, runners give every env its copy
+    (``with_env_axis``) and keep it with the env's shard (not replicated) over devices.
     """
 
     init: Callable[[jax.Array], Any]
@@ -42,6 +48,29 @@ class Algorithm(NamedTuple):
     learn: Callable[..., tuple[Any, dict[str, jax.Array]]]
     policy_params: Callable[[Any], Any] = lambda state: state.params
     init_memory: Callable[[], Any] | None = None
+
+
+class PerEnv(NamedTuple):
+    """Per-env learner state (e.g. a replay buffer): ``init`` returns one env's share (no env
+    axis); after ``with_env_axis`` every leaf has the leading env axis ``B`` and ``learn`` sees
+    the envs of its trajectory. Runners split it over devices with the envs."""
+
+    value: Any
+
+
+def is_per_env(x: Any) -> bool:
+    return isinstance(x, PerEnv)
+
+
+def with_env_axis(state: Any, num_envs: int) -> Any:
+    """``state`` with every ``PerEnv`` part copied for ``num_envs`` envs (leading axis)."""
+
+    def expand(x: Any) -> Any:
+        if not is_per_env(x):
+            return x
+        return PerEnv(jax.tree.map(lambda v: jnp.broadcast_to(v, (num_envs, *v.shape)), x.value))
+
+    return jax.tree.map(expand, state, is_leaf=is_per_env)
 
 
 class LearnerState(NamedTuple):
@@ -52,3 +81,39 @@ class LearnerState(NamedTuple):
 def pmean(tree: Any, axis_name: str | None) -> Any:
     """``lax.pmean`` over ``axis_name``, or the identity when there is no such axis."""
     return tree if axis_name is None else lax.pmean(tree, axis_name)
+
+
+def shuffled_minibatches(key: jax.Array, data: Any, num_minibatches: int) -> Any:
+    """``[N, ...]`` leaves to ``[M, N/M, ...]``: one random permutation of the leading axis
+    (time steps or time chunks), the same for every env. It depends on the key alone, so the
+    minibatches are the same whatever the number of devices the envs are split over."""
+    n = jax.tree.leaves(data)[0].shape[0]
+    order = jax.random.permutation(key, n)
+    return jax.tree.map(lambda x: x[order].reshape(num_minibatches, -1, *x.shape[1:]), data)
+
+
+def minibatch_epochs(
+    loss: Callable[[Any, Any], tuple[jax.Array, dict]],
+    optimizer: optax.GradientTransformation,
+    state: LearnerState,
+    data: Any,  # leaves [N, B, ...]
+    key: jax.Array,
+    num_epochs: int,
+    num_minibatches: int,
+    axis_name: str | None,
+) -> tuple[LearnerState, dict]:
+    """``num_epochs`` passes of ``num_minibatches`` gradient steps of ``loss(params, minibatch)``
+    over ``data`` (shuffled along its leading axis); gradients and metrics pmean-ed."""
+
+    def gradient_step(state: LearnerState, minibatch: Any):
+        grads, metrics = jax.grad(loss, has_aux=True)(state.params, minibatch)
+        grads = pmean(grads, axis_name)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        return LearnerState(optax.apply_updates(state.params, updates), opt_state), metrics
+
+    def epoch(state: LearnerState, epoch_key: jax.Array):
+        minibatches = shuffled_minibatches(epoch_key, data, num_minibatches)
+        return lax.scan(gradient_step, state, minibatches)
+
+    state, metrics = lax.scan(epoch, state, jax.random.split(key, num_epochs))
+    return state, pmean(jax.tree.map(jnp.mean, metrics), axis_name)

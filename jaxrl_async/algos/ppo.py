@@ -11,7 +11,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_async.algos.base import Algorithm, LearnerState, Trajectory, pmean
+from jaxrl_async.algos.base import (
+    Algorithm,
+    LearnerState,
+    Trajectory,
+    minibatch_epochs,
+    pmean,
+)
 from jaxrl_async.algos.returns import gae
 from jaxrl_async.config import (
     TrainConfig,
@@ -65,9 +71,41 @@ class PPOConfig(TrainConfig):
                  "minibatch takes num_steps / num_minibatches steps of every env)")
 
 
-def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
-    """PPO's init/act/learn for ``spec``; ``cfg``'s hyperparameters may be traced."""
-    network = actor_critic_for(spec, cfg.resolved_torso, cfg.hidden_sizes, cfg.activation)
+def clipped_loss(cfg: PPOConfig, pi, value, action, extras, advantages, targets,
+                 axis_name: str | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """PPO's clipped surrogate, (clipped) value loss and entropy bonus on one minibatch;
+    ``extras`` holds the behaviour ``log_prob`` and ``value``."""
+    if cfg.normalize_advantages:  # statistics over all devices
+        mean = pmean(advantages.mean(), axis_name)
+        std = jnp.sqrt(jnp.maximum(pmean(jnp.square(advantages).mean(), axis_name) - mean**2, 0))
+        advantages = (advantages - mean) / (std + 1e-8)
+    log_ratio = pi.log_prob(action) - extras["log_prob"]
+    ratio = jnp.exp(log_ratio)
+    clipped_ratio = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
+    policy_loss = -jnp.minimum(ratio * advantages, clipped_ratio * advantages).mean()
+
+    value_loss = jnp.square(value - targets)
+    if cfg.clip_value:
+        old_value = extras["value"]
+        value_clipped = old_value + jnp.clip(value - old_value, -cfg.clip_eps, cfg.clip_eps)
+        value_loss = jnp.maximum(value_loss, jnp.square(value_clipped - targets))
+    value_loss = 0.5 * value_loss.mean()
+
+    entropy = pi.entropy().mean()
+    total = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+    return total, {
+        "loss": total,
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "approx_kl": ((ratio - 1.0) - log_ratio).mean(),
+        "clip_frac": (jnp.abs(ratio - 1.0) > cfg.clip_eps).mean(),
+    }
+
+
+def ppo_optimizer(cfg: PPOConfig) -> optax.GradientTransformation:
+    """Adam after global-norm clipping, the learning rate annealed per update (one flat vector:
+    ``optax.flatten`` runs it as one kernel instead of one per leaf)."""
     grad_steps_per_update = cfg.update_epochs * cfg.num_minibatches
 
     def learning_rate(count: jax.Array) -> jax.Array:
@@ -76,9 +114,15 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
         updates_done = count // grad_steps_per_update
         return cfg.lr * (1.0 - updates_done / cfg.num_updates)
 
-    optimizer = optax.flatten(optax.chain(
+    return optax.flatten(optax.chain(
         optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(learning_rate, eps=1e-5)
     ))
+
+
+def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
+    """PPO's init/act/learn for ``spec``; ``cfg``'s hyperparameters may be traced."""
+    network = actor_critic_for(spec, cfg.resolved_torso, cfg.hidden_sizes, cfg.activation)
+    optimizer = ppo_optimizer(cfg)
 
     def init(key: jax.Array) -> LearnerState:
         params = init_params(network, key, jnp.zeros(spec.obs_shape, spec.obs_dtype))
@@ -89,34 +133,13 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
         action = pi.sample(key)
         return action, {"log_prob": pi.log_prob(action), "value": value}
 
-    def loss(params, obs, action, extras, advantages, targets):
+    def loss(params, minibatch, axis_name):
+        obs, action, extras, advantages, targets = minibatch
         pi, value = network.apply(params, obs)
-        log_ratio = pi.log_prob(action) - extras["log_prob"]
-        ratio = jnp.exp(log_ratio)
-        clipped_ratio = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
-        policy_loss = -jnp.minimum(ratio * advantages, clipped_ratio * advantages).mean()
-
-        value_loss = jnp.square(value - targets)
-        if cfg.clip_value:
-            old_value = extras["value"]
-            value_clipped = old_value + jnp.clip(value - old_value, -cfg.clip_eps, cfg.clip_eps)
-            value_loss = jnp.maximum(value_loss, jnp.square(value_clipped - targets))
-        value_loss = 0.5 * value_loss.mean()
-
-        entropy = pi.entropy().mean()
-        total = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-        return total, {
-            "loss": total,
-            "policy_loss": policy_loss,
-            "value_loss": value_loss,
-            "entropy": entropy,
-            "approx_kl": ((ratio - 1.0) - log_ratio).mean(),
-            "clip_frac": (jnp.abs(ratio - 1.0) > cfg.clip_eps).mean(),
-        }
+        return clipped_loss(cfg, pi, value, action, extras, advantages, targets, axis_name)
 
     def learn(state: LearnerState, traj: Trajectory, key: jax.Array, axis_name=None):
         chex.assert_rank(traj.reward, 2)  # [T, B]
-        num_steps = traj.reward.shape[0]
 
         # 1. Advantages: GAE, bootstrapping truncated episodes from V(final observation).
         next_value = network.apply(state.params, traj.next_obs, method="value")
@@ -124,32 +147,9 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
                                   traj.terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
 
         # 2. Epochs of minibatch steps. A minibatch holds the same T/M random time steps of
-        #    every env: the permutation depends on the key alone, so the minibatches are the
-        #    same whatever the number of devices the envs are split over.
-        def gradient_step(state: LearnerState, minibatch):
-            obs, action, extras, adv, target = minibatch
-            if cfg.normalize_advantages:
-                mean = pmean(adv.mean(), axis_name)
-                std = jnp.sqrt(jnp.maximum(pmean(jnp.square(adv).mean(), axis_name) - mean**2, 0))
-                adv = (adv - mean) / (std + 1e-8)
-            grads, metrics = jax.grad(loss, has_aux=True)(
-                state.params, obs, action, extras, adv, target
-            )
-            grads = pmean(grads, axis_name)
-            updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-            return LearnerState(optax.apply_updates(state.params, updates), opt_state), metrics
-
-        def epoch(state: LearnerState, epoch_key: jax.Array):
-            order = jax.random.permutation(epoch_key, num_steps)
-
-            def shuffle(x: jax.Array) -> jax.Array:  # [T, B, ...] -> [M, T/M, B, ...]
-                return x[order].reshape(cfg.num_minibatches, -1, *x.shape[1:])
-
-            needed = (traj.obs, traj.action, traj.extras, advantages, targets)
-            minibatches = jax.tree.map(shuffle, needed)
-            return jax.lax.scan(gradient_step, state, minibatches)
-
-        state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, cfg.update_epochs))
-        return state, pmean(jax.tree.map(jnp.mean, metrics), axis_name)
+        #    every env (the same on any number of devices, see ``shuffled_minibatches``).
+        data = (traj.obs, traj.action, traj.extras, advantages, targets)  # [T, B, ...]
+        return minibatch_epochs(lambda p, mb: loss(p, mb, axis_name), optimizer, state, data,
+                                key, cfg.update_epochs, cfg.num_minibatches, axis_name)
 
     return Algorithm(init=init, act=act, learn=learn)

@@ -30,13 +30,13 @@ from jaxrl_async.runners.common import (
     check_devices,
     compiler_options,
     init_state,
+    learner_spec,
     to_numpy,
     update_keys,
     update_metrics,
 )
 
 AXIS = "devices"
-STATE_SPEC = RunState(learner=P(), env=P(AXIS), key=P(), update=P(), last_episode=P())
 
 
 class Program(NamedTuple):
@@ -45,6 +45,7 @@ class Program(NamedTuple):
     init: Callable[[jax.Array], RunState]
     update: Callable[[RunState], tuple[RunState, dict]]
     num_devices: int
+    state_spec: RunState  # how the run state is split over devices (a spec prefix)
 
 
 def program(cfg: Any) -> Program:
@@ -73,7 +74,9 @@ def program(cfg: Any) -> Program:
         metrics, last_episode = update_metrics(state, sums, learn_metrics, cfg.steps_per_update)
         return RunState(learner, env_carry, state.key, state.update + 1, last_episode), metrics
 
-    return Program(init, update, num_devices)
+    state_spec = RunState(learner=learner_spec(algo, P(AXIS), P()), env=P(AXIS), key=P(),
+                          update=P(), last_episode=P())
+    return Program(init, update, num_devices, state_spec)
 
 
 def spmd(fn: Callable, num_devices: int, in_specs: Any, out_specs: Any) -> Callable:
@@ -93,7 +96,7 @@ def train_with_config(cfg: Any, key: jax.Array) -> TrainResult:
         state, metrics = lax.scan(lambda s, _: prog.update(s), state, None, cfg.num_updates)
         return TrainResult(state, metrics)
 
-    return spmd(whole, prog.num_devices, P(), TrainResult(STATE_SPEC, P(), None))(key)
+    return spmd(whole, prog.num_devices, P(), TrainResult(prog.state_spec, P(), None))(key)
 
 
 def make_train(cfg: Any) -> Callable[[jax.Array], TrainResult]:
@@ -127,9 +130,10 @@ def run(
         return lax.fori_loop(0, n, body, (state, buffers))
 
     start = time.perf_counter()
-    init_fn = jax.jit(spmd(prog.init, prog.num_devices, P(), STATE_SPEC))
+    spec = prog.state_spec
+    init_fn = jax.jit(spmd(prog.init, prog.num_devices, P(), spec))
     chunk_fn = jax.jit(
-        spmd(run_chunk, prog.num_devices, (STATE_SPEC, P()), (STATE_SPEC, P())),
+        spmd(run_chunk, prog.num_devices, (spec, P()), (spec, P())),
         donate_argnums=0,
     )
     if state is None:

@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(PY) experiments/bench_sync.py --preset cartpole-ref --baseline
 	$(PY) experiments/bench_sync.py --preset cartpole-ref --baseline --fast-compile
 	$(PY) experiments/bench_sync.py --preset cartpole-large --baseline --repeats 1
+	$(PY) experiments/bench_algos.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

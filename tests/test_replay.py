@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
+import jaxrl_async.config
 from jaxrl_async import replay as rb
 from jaxrl_async.algos.base import PerEnv, Trajectory, with_env_axis
 from jaxrl_async.algos.returns import n_step_return
@@ -172,3 +173,26 @@ def test_a_batch_does_not_depend_on_which_envs_share_a_device():
         np.testing.assert_array_equal(x[per_env:], y)
     np.testing.assert_array_equal(jax.random.key_data(a.key[per_env:]), jax.random.key_data(b.key))
     assert len(set(np.asarray(jax.random.key_data(a.key))[:, 0].tolist())) == 8  # all distinct
+
+
+@pytest.mark.skipif(
+    not hasattr(jaxrl_async.config, "AsyncConfig"),
+    reason="needs the async runner (AsyncConfig, jaxrl_async/runners/async_.py), being built on "
+           "another branch; this test runs as soon as it lands")
+@pytest.mark.timeout(300)
+def test_samples_per_insert_holds_under_the_async_runner():
+    # The actors insert while the learner samples; the learner inserts each trajectory it is
+    # handed and then takes exactly cfg.gradient_steps sampled steps, whatever the speeds.
+    cfg = jra.DQNConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 20, buffer_size=128,
+                        batch_size=16, samples_per_insert=4.0, learning_starts=64,
+                        runner=jaxrl_async.config.AsyncConfig())
+    out = jra.train(cfg, seed=0, progress=False)
+    replay = out.state.learner.replay.value
+    spi = np.asarray(out.metrics["samples_per_insert"])
+    trained = spi > 0
+    first_trained = -(-cfg.learning_starts // cfg.steps_per_update)  # ceil
+    assert trained.sum() == cfg.num_updates - first_trained + 1
+    assert np.all(spi[trained] == cfg.samples_per_insert)
+    # every collected transition was inserted once; samples drawn = ratio x inserted after start
+    assert int(np.sum(replay.inserted)) == cfg.num_updates * cfg.steps_per_update
+    assert int(np.sum(replay.sampled)) == trained.sum() * cfg.gradient_steps * cfg.batch_size

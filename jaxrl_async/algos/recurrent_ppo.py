@@ -39,8 +39,9 @@ class RecurrentPPOConfig(PPOConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.torso == "cnn":
-            fail(self, "torso", "must be 'mlp' or 'auto' (the recurrent network has no CNN)")
+        if self.resolved_torso == "cnn":
+            fail(self, "torso", "must be 'mlp' (image observations are then flattened; the "
+                 "recurrent network has no CNN)")
         if self.num_steps % self.bptt_length:
             fail(self, "bptt_length", f"must divide num_steps = {self.num_steps}")
         if (self.num_steps // self.bptt_length) % self.num_minibatches:

@@ -109,12 +109,12 @@ def make_algorithm(cfg: DQNConfig, spec: EnvSpec) -> Algorithm:
         return DQNState(params, params, optimizer.init(params),
                         PerEnv(rb.init(item, cfg.capacity_per_env)), zero, zero)
 
-    def policy_params(state: DQNState):
-        return state.params, epsilon(state.updates)
+    def policy_params(state: DQNState):  # what the actors need (a selection: runners may call
+        return state.params, state.updates  # this on shapes alone)
 
     def act(policy, obs: jax.Array, key: jax.Array):
-        params, eps = policy
-        return EpsilonGreedy(network.apply(params, obs), eps).sample(key), {}
+        params, updates = policy
+        return EpsilonGreedy(network.apply(params, obs), epsilon(updates)).sample(key), {}
 
     def loss(params, target_params, batch: rb.Batch):
         n = batch.obs.shape[0]

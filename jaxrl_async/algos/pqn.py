@@ -92,12 +92,12 @@ def make_algorithm(cfg: PQNConfig, spec: EnvSpec) -> Algorithm:
         params = init_params(network, key, jnp.zeros(spec.obs_shape, spec.obs_dtype))
         return PQNState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
 
-    def policy_params(state: PQNState):
-        return state.params, epsilon(state.updates)
+    def policy_params(state: PQNState):  # what the actors need (a selection: runners may call
+        return state.params, state.updates  # this on shapes alone)
 
     def act(policy, obs: jax.Array, key: jax.Array):
-        params, eps = policy
-        return EpsilonGreedy(network.apply(params, obs), eps).sample(key), {}
+        params, updates = policy
+        return EpsilonGreedy(network.apply(params, obs), epsilon(updates)).sample(key), {}
 
     def loss(params, minibatch):
         obs, action, target = minibatch  # [T/M, B, ...]

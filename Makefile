@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(PY) experiments/bench_sync.py --preset cartpole-ref --baseline --fast-compile
 	$(PY) experiments/bench_sync.py --preset cartpole-large --baseline --repeats 1
 	$(PY) experiments/bench_async.py
+	$(PY) experiments/bench_algos.py
 
 bench-sweep: $(STAMP)
 	$(PY) experiments/bench_sweep.py

@@ -1,8 +1,12 @@
 """jaxrl_async: fast, vectorized, asynchronous reinforcement learning in JAX."""
 
 from jaxrl_async import distributed
+from jaxrl_async.algos.dqn import DQNConfig
 from jaxrl_async.algos.impala import ImpalaConfig
 from jaxrl_async.algos.ppo import PPOConfig
+from jaxrl_async.algos.pqn import PQNConfig
+from jaxrl_async.algos.recurrent_ppo import RecurrentPPOConfig
+from jaxrl_async.algos.sac import SACConfig
 from jaxrl_async.checkpoint import CheckpointError
 from jaxrl_async.config import AsyncConfig, SyncConfig
 from jaxrl_async.envs import EnvSpec, env_spec, make_env
@@ -22,6 +26,10 @@ __all__ = [
     "distributed",
     "PPOConfig",
     "ImpalaConfig",
+    "DQNConfig",
+    "PQNConfig",
+    "SACConfig",
+    "RecurrentPPOConfig",
     "SyncConfig",
     "AsyncConfig",
     "EnvSpec",

@@ -129,6 +129,13 @@ def config(cls: type[T]) -> type[T]:
     return cls
 
 
+def redefault(cls: type, name: str, default: Any) -> Any:
+    """Field ``name`` of config class ``cls`` (kind and check kept) with another default, for a
+    subclass: ``activation: str = redefault(TrainConfig, "activation", "relu")``."""
+    f = cls.__dataclass_fields__[name]
+    return dataclasses.field(default=default, metadata=f.metadata)
+
+
 def hyper_fields(cfg: Any) -> tuple[str, ...]:
     """Names of the traced (sweepable) fields of a config."""
     return type(cfg)._hyper_fields
@@ -288,6 +295,7 @@ class TrainConfig:
     """Also write TensorBoard event files to <run dir>/tensorboard (JSONL and CSV always)."""
 
     name = "base"
+    accumulates_gradients = False  # whether the learner honours grad_accum_steps
 
     # Fields that only say where and how often to write things: they may differ between a run
     # and its resumption (everything else must match).
@@ -340,12 +348,28 @@ class TrainConfig:
             if self.num_envs % split:
                 fail(self, "num_envs", f"must be divisible by runner.actor_devices * "
                      f"actors_per_device * learner_devices = {split}")
+        if not self.accumulates_gradients and self.grad_accum_steps != 1:
+            fail(self, "grad_accum_steps", f"must be 1 for {type(self).__name__} (gradients are "
+                 "accumulated by the minibatch learners: ppo, recurrent_ppo, pqn)")
+
+    def require_micro_batches(self, rows: int, what: str) -> None:
+        """``ValueError`` naming ``grad_accum_steps`` unless it divides the ``rows`` of a
+        minibatch's leading axis (``what`` they are), which micro-batches split."""
+        if rows % self.grad_accum_steps:
+            fail(self, "grad_accum_steps", f"must divide the {what} per minibatch = {rows}")
 
     @property
     def is_discrete(self) -> bool:
         from jaxrl_async.envs import env_spec
 
         return env_spec(self.env).discrete
+
+    def require_discrete(self, discrete: bool) -> None:
+        """``ValueError`` naming ``env`` when its action space is not the kind the algorithm
+        handles (call from ``validate``)."""
+        if self.is_discrete != discrete:
+            kind = "discrete" if discrete else "continuous"
+            fail(self, "env", f"must have {kind} actions for {type(self).__name__}")
 
 
 def field_docs(cls: type) -> dict[str, str]:

@@ -55,6 +55,22 @@ class DiagGaussian(NamedTuple):
         return self.mean
 
 
+class EpsilonGreedy(NamedTuple):
+    """The greedy action of ``q`` with probability 1 - epsilon, else a uniform one."""
+
+    q: jax.Array  # [..., num_actions]
+    epsilon: jax.Array  # []
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        explore_key, action_key = jax.random.split(key)
+        random_action = jax.random.randint(action_key, self.q.shape[:-1], 0, self.q.shape[-1])
+        explore = jax.random.uniform(explore_key, self.q.shape[:-1]) < self.epsilon
+        return jnp.where(explore, random_action, self.mode())
+
+    def mode(self) -> jax.Array:
+        return jnp.argmax(self.q, -1)
+
+
 def _orthonormal_columns(a: jax.Array, num_columns: jax.Array | int) -> jax.Array:
     """Q of the QR decomposition of the first ``num_columns`` columns of ``a [n, m]`` (n >= m),
     with diag(R) > 0: Gram-Schmidt applied twice per column (as stable as Householder here).
@@ -161,11 +177,13 @@ ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.sil
 class MLP(nn.Module):
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
+    layer_norm: bool = False  # Dense -> LayerNorm -> activation (PQN)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         for size in self.hidden_sizes:
-            x = ACTIVATIONS[self.activation](nn.Dense(size, kernel_init=orthogonal())(x))
+            x = nn.Dense(size, kernel_init=orthogonal())(x)
+            x = ACTIVATIONS[self.activation](nn.LayerNorm()(x) if self.layer_norm else x)
         return x
 
 
@@ -174,14 +192,16 @@ class MinAtarCNN(nn.Module):
 
     hidden_sizes: Sequence[int] = (128,)
     activation: str = "relu"
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:  # [..., H, W, C]
         act = ACTIVATIONS[self.activation]
-        x = act(nn.Conv(16, (3, 3), padding="VALID", kernel_init=orthogonal())(x))
+        norm = (lambda y: nn.LayerNorm()(y)) if self.layer_norm else (lambda y: y)
+        x = act(norm(nn.Conv(16, (3, 3), padding="VALID", kernel_init=orthogonal())(x)))
         x = x.reshape(*x.shape[:-3], -1)
         for size in self.hidden_sizes:
-            x = act(nn.Dense(size, kernel_init=orthogonal())(x))
+            x = act(norm(nn.Dense(size, kernel_init=orthogonal())(x)))
         return x
 
 
@@ -223,11 +243,125 @@ class ActorCritic(nn.Module):
         return self.value_head(self.critic_torso(obs))[..., 0]
 
 
+def resolve_torso(torso: str, obs_shape: Sequence[int]) -> str:
+    """``"auto"`` means the MinAtar CNN for image observations ``[H, W, C]``, else the MLP."""
+    if torso == "auto":
+        return "cnn" if len(obs_shape) == 3 else "mlp"
+    return torso
+
+
 def actor_critic_for(
     spec: EnvSpec, torso: str, hidden_sizes: Sequence[int], activation: str
 ) -> ActorCritic:
     """The actor-critic for an env spec (``torso="auto"``: CNN for image observations)."""
-    if torso == "auto":
-        torso = "cnn" if len(spec.obs_shape) == 3 else "mlp"
+    torso = resolve_torso(torso, spec.obs_shape)
     action_dim = spec.num_actions if spec.discrete else int(math.prod(spec.action_shape))
     return ActorCritic(spec.discrete, action_dim, torso, tuple(hidden_sizes), activation)
+
+
+# --------------------------------------------------------------------------- Q-learning
+class QNetwork(nn.Module):
+    """Q-values of every action: ``obs [..., *obs_shape] -> [..., num_actions]``."""
+
+    num_actions: int
+    torso: str = "mlp"  # "mlp" | "cnn"
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "relu"
+    layer_norm: bool = False
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        torso_cls = MinAtarCNN if self.torso == "cnn" else MLP
+        x = torso_cls(tuple(self.hidden_sizes), self.activation, self.layer_norm)(obs)
+        return nn.Dense(self.num_actions, kernel_init=orthogonal(1.0))(x)
+
+
+def q_network_for(spec: EnvSpec, torso: str, hidden_sizes: Sequence[int], activation: str,
+                  layer_norm: bool = False) -> QNetwork:
+    """The Q-network for a discrete-action env spec (``torso="auto"``: CNN for images)."""
+    torso = resolve_torso(torso, spec.obs_shape)
+    return QNetwork(spec.num_actions, torso, tuple(hidden_sizes), activation, layer_norm)
+
+
+# --------------------------------------------------------------------------- SAC
+class TanhGaussian(NamedTuple):
+    """A diagonal Gaussian squashed by tanh into (-1, 1)."""
+
+    mean: jax.Array  # [..., action_dim] pre-squash
+    log_std: jax.Array  # [..., action_dim]
+
+    def sample_and_log_prob(self, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """A reparameterised sample and its log-density (with the tanh Jacobian)."""
+        u = self.mean + jnp.exp(self.log_std) * jax.random.normal(key, self.mean.shape)
+        log_prob = DiagGaussian(self.mean, self.log_std).log_prob(u)
+        # log(1 - tanh(u)^2), in the numerically stable form
+        log_det = 2.0 * (math.log(2.0) - u - jax.nn.softplus(-2.0 * u))
+        return jnp.tanh(u), log_prob - jnp.sum(log_det, -1)
+
+    def mode(self) -> jax.Array:
+        return jnp.tanh(self.mean)
+
+
+class SquashedGaussianActor(nn.Module):
+    """SAC's policy: ``obs -> TanhGaussian`` with the log-std clipped to [-5, 2]."""
+
+    action_dim: int
+    hidden_sizes: Sequence[int] = (256, 256)
+    activation: str = "relu"
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> TanhGaussian:
+        x = MLP(tuple(self.hidden_sizes), self.activation)(obs)
+        mean = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01))(x)
+        log_std = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01))(x)
+        return TanhGaussian(mean, jnp.clip(log_std, -5.0, 2.0))
+
+
+class TwinQ(nn.Module):
+    """SAC's two critics: ``(obs, action) -> [..., 2]`` (two separate MLPs; stacking them with
+    ``nn.vmap`` is slower on XLA:CPU, see ``ActorCritic``)."""
+
+    hidden_sizes: Sequence[int] = (256, 256)
+    activation: str = "relu"
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        x = jnp.concatenate([obs, action], -1)
+        qs = [nn.Dense(1, kernel_init=orthogonal(1.0))(MLP(tuple(self.hidden_sizes),
+                                                          self.activation)(x))[..., 0]
+              for _ in range(2)]
+        return jnp.stack(qs, -1)
+
+
+# --------------------------------------------------------------------------- recurrent
+class RecurrentActorCritic(nn.Module):
+    """obs -> dense embedding -> GRU -> actor and critic heads; the memory is reset to zeros
+    where ``first`` (the first step of an episode), before it is used.
+
+    ``(memory [..., M], obs [..., *obs], first [...]) -> (memory, policy, value)``: the same
+    call acts on one observation and on a ``[N]`` batch of them (one step of a sequence).
+    """
+
+    discrete: bool
+    action_dim: int
+    memory_size: int = 128
+    hidden_sizes: Sequence[int] = (64,)
+    activation: str = "tanh"
+    log_std_init: float = 0.0
+
+    @nn.compact
+    def __call__(self, memory: jax.Array, obs: jax.Array, first: jax.Array):
+        act = ACTIVATIONS[self.activation]
+        memory = jnp.where(first[..., None], jnp.zeros_like(memory), memory)
+        x = act(nn.Dense(self.memory_size, kernel_init=orthogonal())(obs))
+        memory, x = nn.GRUCell(self.memory_size, kernel_init=orthogonal(1.0),
+                               recurrent_kernel_init=orthogonal(1.0))(memory, x)
+        out = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01))(
+            MLP(tuple(self.hidden_sizes), self.activation)(x))
+        value = nn.Dense(1, kernel_init=orthogonal(1.0))(
+            MLP(tuple(self.hidden_sizes), self.activation)(x))[..., 0]
+        if self.discrete:
+            return memory, Categorical(out), value
+        log_std = self.param("log_std", nn.initializers.constant(self.log_std_init),
+                             (self.action_dim,))
+        return memory, DiagGaussian(out, jnp.broadcast_to(log_std, out.shape)), value

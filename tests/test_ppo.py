@@ -36,16 +36,18 @@ def test_metrics_are_per_update_scalars(cartpole_8_seeds):
 
 
 def test_continuous_ppo_improves_on_pendulum():
-    # A random policy scores about -1200 to -1400 on Pendulum-v1 (we check the first updates
-    # too). -800 means a policy that swings up and balances part of the time: clearly learned.
-    cfg = jra.PPOConfig(env="Pendulum-v1", total_timesteps=200_704, num_envs=8, num_steps=256,
+    # Budget: 100k env steps. A random policy scores about -1200 to -1400 on Pendulum-v1 (we
+    # check the first updates too); -400 is a policy that swings up and balances in most
+    # episodes. Value clipping is off: with Pendulum's return scale (-1000s) it stalls the
+    # value function; gamma 0.95 and observation normalisation as usual for this task.
+    cfg = jra.PPOConfig(env="Pendulum-v1", total_timesteps=100_352, num_envs=16, num_steps=64,
                         lr=1e-3, update_epochs=10, num_minibatches=8, ent_coef=0.0,
-                        activation="relu")
+                        activation="relu", clip_value=False, gamma=0.95, normalize_obs=True)
     out = jax.jit(jax.vmap(jra.make_train(cfg)))(jax.random.split(jax.random.key(1), 2))
     returns = np.asarray(out.metrics["episode_return"])
-    first, last = returns[:, :3].mean(), returns[:, -10:].mean(1)
+    first, last = np.nanmean(returns[:, :8]), returns[:, -10:].mean(1)
     assert first < -1000, first
-    assert np.all(last > -800), last
+    assert np.all(last >= -400), last
 
 
 SMALL = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,

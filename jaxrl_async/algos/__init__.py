@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from jaxrl_async.algos import impala, ppo
+from jaxrl_async.algos import dqn, impala, ppo, pqn, recurrent_ppo, sac
 from jaxrl_async.algos.base import Algorithm, LearnerState, Trajectory
 
 REGISTRY = {
     "ppo": (ppo.PPOConfig, ppo.make_algorithm),
     "impala": (impala.ImpalaConfig, impala.make_algorithm),
+    "dqn": (dqn.DQNConfig, dqn.make_algorithm),
+    "pqn": (pqn.PQNConfig, pqn.make_algorithm),
+    "sac": (sac.SACConfig, sac.make_algorithm),
+    "recurrent_ppo": (recurrent_ppo.RecurrentPPOConfig, recurrent_ppo.make_algorithm),
 }
 
 

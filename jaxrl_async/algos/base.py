@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 from jax import lax
 
 
@@ -42,6 +43,10 @@ class Algorithm(NamedTuple):
       take and return the memory like ``act``:
       ``eval_act(params, obs, key, greedy, memory, first) -> (action, memory)``. Optional
       (``None``): ``jra.evaluate`` then needs ``greedy=False`` and falls back to ``act``.
+
+    Learner state that belongs to the envs rather than to the learner (a replay buffer) is
+    wrapped in ``PerEnv``: ``init`` returns ONE env's share, runners give every env its copy
+    (``with_env_axis``) and keep it with the env's shard (not replicated) over devices.
     """
 
     init: Callable[[jax.Array], Any]
@@ -50,6 +55,29 @@ class Algorithm(NamedTuple):
     policy_params: Callable[[Any], Any] = lambda state: state.params
     init_memory: Callable[[], Any] | None = None
     eval_act: Callable[..., Any] | None = None
+
+
+class PerEnv(NamedTuple):
+    """Per-env learner state (e.g. a replay buffer): ``init`` returns one env's share (no env
+    axis); after ``with_env_axis`` every leaf has the leading env axis ``B`` and ``learn`` sees
+    the envs of its trajectory. Runners split it over devices with the envs."""
+
+    value: Any
+
+
+def is_per_env(x: Any) -> bool:
+    return isinstance(x, PerEnv)
+
+
+def with_env_axis(state: Any, num_envs: int) -> Any:
+    """``state`` with every ``PerEnv`` part copied for ``num_envs`` envs (leading axis)."""
+
+    def expand(x: Any) -> Any:
+        if not is_per_env(x):
+            return x
+        return PerEnv(jax.tree.map(lambda v: jnp.broadcast_to(v, (num_envs, *v.shape)), x.value))
+
+    return jax.tree.map(expand, state, is_leaf=is_per_env)
 
 
 class LearnerState(NamedTuple):
@@ -87,3 +115,44 @@ def standardize(x: jax.Array, axis_name: str | None) -> jax.Array:
     mean = pmean(x.mean(), axis_name)
     std = jnp.sqrt(jnp.maximum(pmean(jnp.square(x).mean(), axis_name) - mean**2, 0))
     return (x - mean) / (std + 1e-8)
+
+
+def shuffled_minibatches(key: jax.Array, data: Any, num_minibatches: int) -> Any:
+    """``[N, ...]`` leaves to ``[M, N/M, ...]``: one random permutation of the leading axis
+    (time steps or time chunks), the same for every env. It depends on the key alone, so the
+    minibatches are the same whatever the number of devices the envs are split over."""
+    n = jax.tree.leaves(data)[0].shape[0]
+    order = jax.random.permutation(key, n)
+    return jax.tree.map(lambda x: x[order].reshape(num_minibatches, -1, *x.shape[1:]), data)
+
+
+def minibatch_epochs(
+    loss: Callable[[Any, Any], tuple[jax.Array, dict]],
+    optimizer: optax.GradientTransformation,
+    state: LearnerState,
+    data: Any,  # leaves [N, B, ...]
+    key: jax.Array,
+    num_epochs: int,
+    num_minibatches: int,
+    axis_name: str | None,
+    prepare: Callable[[Any], Any] = lambda minibatch: minibatch,
+    micro_batches: int = 1,
+) -> tuple[LearnerState, dict]:
+    """``num_epochs`` passes of ``num_minibatches`` gradient steps of ``loss(params, minibatch)``
+    over ``data`` (shuffled along its leading axis); gradients and metrics pmean-ed. Each
+    minibatch goes through ``prepare`` (statistics over the whole minibatch), then its gradient
+    is accumulated over ``micro_batches`` slices of its leading axis (``accumulated_grad``)."""
+
+    def gradient_step(state: LearnerState, minibatch: Any):
+        grads, metrics = accumulated_grad(loss, state.params, (prepare(minibatch),),
+                                          micro_batches)
+        grads = pmean(grads, axis_name)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        return LearnerState(optax.apply_updates(state.params, updates), opt_state), metrics
+
+    def epoch(state: LearnerState, epoch_key: jax.Array):
+        minibatches = shuffled_minibatches(epoch_key, data, num_minibatches)
+        return lax.scan(gradient_step, state, minibatches)
+
+    state, metrics = lax.scan(epoch, state, jax.random.split(key, num_epochs))
+    return state, pmean(jax.tree.map(jnp.mean, metrics), axis_name)

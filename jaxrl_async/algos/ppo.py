@@ -15,8 +15,7 @@ from jaxrl_async.algos.base import (
     Algorithm,
     LearnerState,
     Trajectory,
-    accumulated_grad,
-    pmean,
+    minibatch_epochs,
     standardize,
 )
 from jaxrl_async.algos.returns import gae
@@ -64,20 +63,50 @@ class PPOConfig(TrainConfig):
     """Standardise advantages per minibatch (statistics over all devices)."""
 
     name = "ppo"
+    accumulates_gradients = True
 
     def validate(self) -> None:
         super().validate()
         if self.num_steps % self.num_minibatches:
             fail(self, "num_minibatches", f"must divide num_steps = {self.num_steps} (each "
                  "minibatch takes num_steps / num_minibatches steps of every env)")
-        elif (self.num_steps // self.num_minibatches) % self.grad_accum_steps:
-            fail(self, "grad_accum_steps", "must divide the steps per minibatch, num_steps / "
-                 f"num_minibatches = {self.num_steps // self.num_minibatches}")
+        else:
+            self.require_micro_batches(self.num_steps // self.num_minibatches,
+                                       "steps (num_steps / num_minibatches)")
 
 
-def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
-    """PPO's init/act/learn for ``spec``; ``cfg``'s hyperparameters may be traced."""
-    network = actor_critic_for(spec, cfg.resolved_torso, cfg.hidden_sizes, cfg.activation)
+def clipped_loss(cfg: PPOConfig, pi, value, action, extras, advantages,
+                 targets) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """PPO's clipped surrogate, (clipped) value loss and entropy bonus on one (micro-)batch;
+    ``extras`` holds the behaviour ``log_prob`` and ``value``; ``advantages`` are standardised
+    already (``standardize``, over the whole minibatch on all devices)."""
+    log_ratio = pi.log_prob(action) - extras["log_prob"]
+    ratio = jnp.exp(log_ratio)
+    clipped_ratio = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
+    policy_loss = -jnp.minimum(ratio * advantages, clipped_ratio * advantages).mean()
+
+    value_loss = jnp.square(value - targets)
+    if cfg.clip_value:
+        old_value = extras["value"]
+        value_clipped = old_value + jnp.clip(value - old_value, -cfg.clip_eps, cfg.clip_eps)
+        value_loss = jnp.maximum(value_loss, jnp.square(value_clipped - targets))
+    value_loss = 0.5 * value_loss.mean()
+
+    entropy = pi.entropy().mean()
+    total = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+    return total, {
+        "loss": total,
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "approx_kl": ((ratio - 1.0) - log_ratio).mean(),
+        "clip_frac": (jnp.abs(ratio - 1.0) > cfg.clip_eps).mean(),
+    }
+
+
+def ppo_optimizer(cfg: PPOConfig) -> optax.GradientTransformation:
+    """Adam after global-norm clipping, the learning rate annealed per update (one flat vector:
+    ``optax.flatten`` runs it as one kernel instead of one per leaf)."""
     grad_steps_per_update = cfg.update_epochs * cfg.num_minibatches
 
     def learning_rate(count: jax.Array) -> jax.Array:
@@ -86,9 +115,15 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
         updates_done = count // grad_steps_per_update
         return cfg.lr * (1.0 - updates_done / cfg.num_updates)
 
-    optimizer = optax.flatten(optax.chain(
+    return optax.flatten(optax.chain(
         optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(learning_rate, eps=1e-5)
     ))
+
+
+def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
+    """PPO's init/act/learn for ``spec``; ``cfg``'s hyperparameters may be traced."""
+    network = actor_critic_for(spec, cfg.resolved_torso, cfg.hidden_sizes, cfg.activation)
+    optimizer = ppo_optimizer(cfg)
 
     def init(key: jax.Array) -> LearnerState:
         params = init_params(network, key, jnp.zeros(spec.obs_shape, spec.obs_dtype))
@@ -103,34 +138,13 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
         pi = network.apply(params, obs, method="policy")
         return pi.mode() if greedy else pi.sample(key)
 
-    def loss(params, obs, action, extras, advantages, targets):
+    def loss(params, minibatch):
+        obs, action, extras, advantages, targets = minibatch
         pi, value = network.apply(params, obs)
-        log_ratio = pi.log_prob(action) - extras["log_prob"]
-        ratio = jnp.exp(log_ratio)
-        clipped_ratio = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
-        policy_loss = -jnp.minimum(ratio * advantages, clipped_ratio * advantages).mean()
-
-        value_loss = jnp.square(value - targets)
-        if cfg.clip_value:
-            old_value = extras["value"]
-            value_clipped = old_value + jnp.clip(value - old_value, -cfg.clip_eps, cfg.clip_eps)
-            value_loss = jnp.maximum(value_loss, jnp.square(value_clipped - targets))
-        value_loss = 0.5 * value_loss.mean()
-
-        entropy = pi.entropy().mean()
-        total = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-        return total, {
-            "loss": total,
-            "policy_loss": policy_loss,
-            "value_loss": value_loss,
-            "entropy": entropy,
-            "approx_kl": ((ratio - 1.0) - log_ratio).mean(),
-            "clip_frac": (jnp.abs(ratio - 1.0) > cfg.clip_eps).mean(),
-        }
+        return clipped_loss(cfg, pi, value, action, extras, advantages, targets)
 
     def learn(state: LearnerState, traj: Trajectory, key: jax.Array, axis_name=None):
         chex.assert_rank(traj.reward, 2)  # [T, B]
-        num_steps = traj.reward.shape[0]
 
         # 1. Advantages: GAE, bootstrapping truncated episodes from V(final observation).
         next_value = network.apply(state.params, traj.next_obs, method="value")
@@ -138,30 +152,16 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
                                   traj.terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
 
         # 2. Epochs of minibatch steps. A minibatch holds the same T/M random time steps of
-        #    every env: the permutation depends on the key alone, so the minibatches are the
-        #    same whatever the number of devices the envs are split over.
-        def gradient_step(state: LearnerState, minibatch):
+        #    every env (the same on any number of devices, see ``shuffled_minibatches``);
+        #    its advantages are standardised before it is split into micro-batches.
+        def prepare(minibatch):
             obs, action, extras, adv, target = minibatch
             if cfg.normalize_advantages:
                 adv = standardize(adv, axis_name)
-            grads, metrics = accumulated_grad(
-                loss, state.params, (obs, action, extras, adv, target), cfg.grad_accum_steps
-            )
-            grads = pmean(grads, axis_name)
-            updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-            return LearnerState(optax.apply_updates(state.params, updates), opt_state), metrics
+            return obs, action, extras, adv, target
 
-        def epoch(state: LearnerState, epoch_key: jax.Array):
-            order = jax.random.permutation(epoch_key, num_steps)
-
-            def shuffle(x: jax.Array) -> jax.Array:  # [T, B, ...] -> [M, T/M, B, ...]
-                return x[order].reshape(cfg.num_minibatches, -1, *x.shape[1:])
-
-            needed = (traj.obs, traj.action, traj.extras, advantages, targets)
-            minibatches = jax.tree.map(shuffle, needed)
-            return jax.lax.scan(gradient_step, state, minibatches)
-
-        state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, cfg.update_epochs))
-        return state, pmean(jax.tree.map(jnp.mean, metrics), axis_name)
+        data = (traj.obs, traj.action, traj.extras, advantages, targets)  # [T, B, ...]
+        return minibatch_epochs(loss, optimizer, state, data, key, cfg.update_epochs,
+                                cfg.num_minibatches, axis_name, prepare, cfg.grad_accum_steps)
 
     return Algorithm(init=init, act=act, learn=learn, eval_act=eval_act)

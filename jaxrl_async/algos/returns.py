@@ -84,3 +84,59 @@ def vtrace(
     next_target = bootstrap + continues * next_correction  # v_{s+1}
     advantages = jnp.minimum(pg_rho_bar, rho) * (reward + gamma * next_target - value)
     return value + corrections, advantages
+
+
+def n_step_return(
+    reward: jax.Array,  # [..., n] rewards of n consecutive steps of one env
+    terminated: jax.Array,  # [..., n] bool
+    truncated: jax.Array,  # [..., n] bool
+    gamma: float | jax.Array,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The n-step return of the window's first step, cut at the episode's end.
+
+    Returns ``(partial, discount, last)``, each ``[...]``: the target is
+    ``partial + discount * V(next_obs[last])``, where ``last`` is the first step that ends the
+    episode (or n-1), ``discount`` is ``gamma**(last+1)``, or 0 if the episode terminated there
+    (a truncation bootstraps from the true final observation). By hand rather than rlax's
+    ``n_step_bootstrapped_returns``: that one needs ``V`` of every step's next observation (n
+    network evaluations per sample) where this needs one.
+    """
+    n = reward.shape[-1]
+    done = (terminated | truncated).astype(reward.dtype)
+    # alive[k]: step k belongs to the episode of step 0 (no episode end before it)
+    alive = jnp.cumprod(jnp.concatenate([jnp.ones_like(done[..., :1]), 1.0 - done[..., :-1]], -1),
+                        -1)
+    powers = gamma ** jnp.arange(n, dtype=reward.dtype)
+    partial = jnp.sum(alive * powers * reward, -1)
+    last = (jnp.sum(alive, -1) - 1).astype(jnp.int32)
+    terminated_last = jnp.take_along_axis(terminated, last[..., None], -1)[..., 0]
+    discount = gamma ** (last + 1).astype(reward.dtype) * (1.0 - terminated_last)
+    return partial, discount, last
+
+
+def q_lambda_returns(
+    reward: jax.Array,  # [T, B]
+    next_q_max: jax.Array,  # [T, B] max_a Q(next_obs_t, a), next_obs the true (pre-reset) one
+    terminated: jax.Array,  # [T, B] bool
+    truncated: jax.Array,  # [T, B] bool
+    gamma: float | jax.Array,
+    lam: float | jax.Array,
+) -> jax.Array:
+    """Peng's Q(lambda) targets (PQN): ``G_t = r_t + gamma * (1 - term_t) * ((1 - l_t) *
+    max Q(s_{t+1}) + l_t * G_{t+1})`` with ``l_t = 0`` at a truncation and at the last step
+    (bootstrap fully from the final observation) and ``lam`` elsewhere. [T, B].
+
+    This is rlax's ``lambda_returns`` with a per-step lambda (the test checks it against rlax);
+    written out here to run on ``[T, B]`` at once and to spare the rlax dependency.
+    """
+    lam_t = lam * (1.0 - truncated.astype(reward.dtype))
+    discount = gamma * (1.0 - terminated.astype(reward.dtype))
+
+    def backward(next_return, xs):
+        reward_t, discount_t, q_t, lam_t = xs
+        g = reward_t + discount_t * ((1.0 - lam_t) * q_t + lam_t * next_return)
+        return g, g
+
+    _, returns = lax.scan(backward, next_q_max[-1], (reward, discount, next_q_max, lam_t),
+                          reverse=True, unroll=8)
+    return returns

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from jaxrl_async.envs import brax
 from jaxrl_async.envs.core import EnvSpec, GymnaxVecEnv, VecEnv, spec_from_gymnax
 from jaxrl_async.envs.wrappers import (
     ClipAction,
@@ -31,17 +32,23 @@ __all__ = [
 
 
 def known_env_ids() -> list[str]:
-    """Every gymnax id ``make_env`` accepts (classic control, MinAtar, bsuite, misc)."""
+    """Every id ``make_env`` accepts: gymnax's (classic control, MinAtar, bsuite, misc) and,
+    when brax is installed, ``brax/<name>``."""
     import gymnax
 
-    return list(gymnax.registered_envs)
+    from jaxrl_async.envs import brax
+
+    return list(gymnax.registered_envs) + brax.known_ids()
 
 
 def check_env_id(env_id: str) -> None:
     """Raise ``ValueError`` listing the known ids when ``env_id`` is unknown."""
     known = known_env_ids()
     if env_id not in known:
-        raise ValueError(f"unknown env id {env_id!r}; known ids: {', '.join(known)}")
+        hint = ""
+        if env_id.startswith("brax/") and not any(k.startswith("brax/") for k in known):
+            hint = " (brax ids need the optional extra: pip install 'jaxrl_async[brax]')"
+        raise ValueError(f"unknown env id {env_id!r}{hint}; known ids: {', '.join(known)}")
 
 
 @functools.cache
@@ -71,9 +78,16 @@ def make_env(
 
     Wrapper order, inner to outer: flatten, clip action (continuous only), episode statistics,
     observation normalisation (outermost, so its statistics see what the agent sees).
+    ``brax/<name>`` ids take ``episode_length`` and ``backend`` as ``env_kwargs``.
     """
-    env, params, spec = _gymnax(env_id, tuple(sorted(env_kwargs.items())))
-    vec: VecEnv = GymnaxVecEnv(env, params, spec)
+    vec: VecEnv
+    if env_id.startswith(brax.PREFIX):
+        check_env_id(env_id)
+        vec = brax.make(env_id, tuple(sorted(env_kwargs.items())))
+        spec = vec.spec
+    else:
+        env, params, spec = _gymnax(env_id, tuple(sorted(env_kwargs.items())))
+        vec = GymnaxVecEnv(env, params, spec)
     if flatten_obs and len(spec.obs_shape) > 1:
         vec = FlattenObservation(vec)
     if clip_action and not spec.discrete:

@@ -67,6 +67,7 @@ from jaxrl_async.runners.common import (
     compiler_options,
     init_state,
     learn_update,
+    learner_spec,
     spmd,
 )
 
@@ -179,6 +180,7 @@ class Programs(NamedTuple):
     pack_params: Callable
     init: Callable
     metric_names: tuple[str, ...]
+    algo: Algorithm
 
 
 class Layout(NamedTuple):
@@ -231,7 +233,8 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
         return init_state(env, algo, key, all_ids)
 
     run_state = jax.eval_shape(init, jax.random.key(0))
-    learner_state = _on(run_state._replace(env=()), where.replicated)
+    spec = learner_state_spec(algo)
+    learner_state = _placed(spec, run_state._replace(env=()), where, _on)
     params_packing = Packing.of(algo.policy_params(run_state.learner))
 
     def rollout(params, carry, run_key, update, env_id, version):
@@ -272,7 +275,7 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
                                  sharding=where.batch_sharding)
     batches = (batch,) * len(where.streams)
     on_learners = functools.partial(spmd, devices=where.learner_devices,
-                                    in_specs=(P(), P(AXIS)), out_specs=P())
+                                    in_specs=(spec, P(AXIS)), out_specs=(spec, P(), P()))
     names = tuple(sorted(jax.eval_shape(on_learners(update), learner_state, batches)[1]))
 
     def learner(state: RunState, batches: tuple[jax.Array, ...]):
@@ -290,12 +293,28 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
     # One after the other: compiling them in parallel threads was measured 2x slower on 2 cores.
     compiled = [program.compile(options) for program in lowered]
     *actor_fns, learner_fn, pack_fn, init_fn = compiled
-    return Programs(actor_fns, learner_fn, pack_fn, init_fn, names)
+    return Programs(actor_fns, learner_fn, pack_fn, init_fn, names, algo)
 
 
 def _on(tree: Any, sharding: Any) -> Any:
     """Shapes of ``tree`` placed with ``sharding``."""
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
+
+
+def learner_state_spec(algo: Algorithm) -> RunState:
+    """How the learner's part of the run state lies over the learner devices: replicated, but
+    for the algorithm's ``PerEnv`` parts (replay buffers), split along the env axis like the
+    trajectories. With several streams and learner devices, learner device ``i`` holds share
+    ``i`` of every stream's envs, in stream order (the sync runner: a contiguous range)."""
+    return RunState(learner=learner_spec(algo, P(AXIS), P()), env=(), key=P(), update=P(),
+                    last_episode=P())
+
+
+def _placed(spec: RunState, tree: Any, where: Layout, put: Callable) -> Any:
+    """``put(subtree, sharding)`` for every subtree of ``tree`` under a spec of ``spec``."""
+    sharding = {P(): where.replicated, P(AXIS): where.batch_sharding}
+    return jax.tree.map(lambda s, sub: put(sub, sharding[s]), spec, tree,
+                        is_leaf=lambda x: isinstance(x, P))
 
 
 # --------------------------------------------------------------------------- the pipeline
@@ -545,7 +564,8 @@ def prepare(cfg: Any, key: jax.Array, state: RunState | None = None,
                                     state.env), s.device)
         for s in where.streams
     ]
-    learner_state = jax.device_put(state._replace(env=(), behaviour_params=()), where.replicated)
+    learner_state = _placed(learner_state_spec(programs.algo), state._replace(
+        env=(), behaviour_params=()), where, jax.device_put)
     behaviour = jax.device_put(state.behaviour_params, where.replicated)
     run_keys = [jax.device_put(state.key, d) for d in where.actor_devices]
     return Setup(where, programs, int(state.update), learner_state, carries, run_keys, behaviour)

@@ -14,6 +14,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxrl_async.algos import Algorithm, Trajectory, make_algorithm
+from jaxrl_async.algos.base import is_per_env, with_env_axis
 from jaxrl_async.envs import VecEnv, make_env
 from jaxrl_async.rollout import EnvCarry, EpisodeSums, episode_metrics, reset, rollout
 
@@ -23,7 +24,8 @@ AXIS = "devices"
 class RunState(NamedTuple):
     """Everything a run continues from (checkpointed whole)."""
 
-    learner: Any  # the algorithm's learner state (identical on every learner device)
+    learner: Any  # the algorithm's learner state (identical on every learner device, but for
+    #               its ``PerEnv`` parts, which have the env axis and are split like ``env``)
     env: EnvCarry  # env states and observations, leading axis num_envs
     key: jax.Array  # the run's base key; update k uses fold_in(key, k)
     update: jax.Array  # [] int32 updates done
@@ -153,15 +155,24 @@ def learn_update(
 
 
 def init_state(env: VecEnv, algo: Algorithm, key: jax.Array, env_id: jax.Array) -> RunState:
-    """A fresh run: learner init and env reset of the envs ``env_id``."""
+    """A fresh run: learner init (``PerEnv`` parts copied for each env of ``env_id``) and env
+    reset of the envs ``env_id``."""
     init_key, reset_key, run_key = jax.random.split(key, 3)
     return RunState(
-        learner=algo.init(init_key),
+        learner=with_env_axis(algo.init(init_key), env_id.shape[0]),
         env=reset(env, algo, reset_key, env_id),
         key=run_key,
         update=jnp.zeros((), jnp.int32),
         last_episode=jnp.full((2,), jnp.nan, jnp.float32),
     )
+
+
+def learner_spec(algo: Algorithm, per_env: Any, replicated: Any) -> Any:
+    """A sharding-spec prefix of ``algo``'s learner state: ``per_env`` for its ``PerEnv`` parts
+    (split with the envs over devices), ``replicated`` for the rest."""
+    shapes = jax.eval_shape(algo.init, jax.random.key(0))
+    return jax.tree.map(lambda x: per_env if is_per_env(x) else replicated, shapes,
+                        is_leaf=is_per_env)
 
 
 def update_metrics(

@@ -35,11 +35,10 @@ from jaxrl_async.runners.common import (
     compiler_options,
     init_state,
     learn_update,
+    learner_spec,
     to_numpy,
 )
 from jaxrl_async.runners.common import spmd as common_spmd
-
-STATE_SPEC = RunState(learner=P(), env=P(AXIS), key=P(), update=P(), last_episode=P())
 
 
 class Program(NamedTuple):
@@ -48,6 +47,7 @@ class Program(NamedTuple):
     init: Callable[[jax.Array], RunState]
     update: Callable[[RunState], tuple[RunState, dict]]
     num_devices: int
+    state_spec: RunState  # how the run state is split over devices (a spec prefix)
 
 
 def program(cfg: Any) -> Program:
@@ -73,7 +73,9 @@ def program(cfg: Any) -> Program:
         return learn_update(algo, state._replace(env=env_carry), traj, sums,
                             cfg.steps_per_update, axis)
 
-    return Program(init, update, num_devices)
+    state_spec = RunState(learner=learner_spec(algo, P(AXIS), P()), env=P(AXIS), key=P(),
+                          update=P(), last_episode=P())
+    return Program(init, update, num_devices, state_spec)
 
 
 def spmd(fn: Callable, num_devices: int, in_specs: Any, out_specs: Any) -> Callable:
@@ -91,7 +93,7 @@ def train_with_config(cfg: Any, key: jax.Array) -> TrainResult:
         state, metrics = lax.scan(lambda s, _: prog.update(s), state, None, cfg.num_updates)
         return TrainResult(state, metrics)
 
-    return spmd(whole, prog.num_devices, P(), TrainResult(STATE_SPEC, P(), None))(key)
+    return spmd(whole, prog.num_devices, P(), TrainResult(prog.state_spec, P(), None))(key)
 
 
 def make_train(cfg: Any) -> Callable[[jax.Array], TrainResult]:
@@ -117,7 +119,7 @@ def run(
     if state is None:
         state = init_fn.lower(key).compile(compiler_options(cfg))(key)
     else:
-        state = place(state, prog.num_devices)
+        state = place(state, prog)
         if int(state.update) >= cfg.num_updates:  # a finished run: nothing to compile
             return TrainResult(state, {}, None)
     compiled = chunk_fn.lower(state, jnp.int32(chunk)).compile(compiler_options(cfg))
@@ -172,22 +174,23 @@ def _host_programs(cfg: Any) -> tuple[Program, Callable, Callable, int]:
 
         return lax.fori_loop(0, n, body, (state, buffers))
 
-    init_fn = jax.jit(spmd(prog.init, prog.num_devices, P(), STATE_SPEC))
+    spec = prog.state_spec
+    init_fn = jax.jit(spmd(prog.init, prog.num_devices, P(), spec))
     chunk_fn = jax.jit(
-        spmd(run_chunk, prog.num_devices, (STATE_SPEC, P()), (STATE_SPEC, P())),
+        spmd(run_chunk, prog.num_devices, (spec, P()), (spec, P())),
         donate_argnums=0,
     )
     return prog, init_fn, chunk_fn, chunk
 
 
-def place(state: RunState, num_devices: int) -> RunState:
+def place(state: RunState, prog: Program) -> RunState:
     """Put a state (restored from a checkpoint: numpy or on any device) where the runner keeps
     it: on the first device, or sharded over ``num_devices`` like ``init`` leaves it."""
-    if num_devices == 1:
+    if prog.num_devices == 1:
         return jax.device_put(state, jax.local_devices()[0])
-    mesh = Mesh(np.array(jax.devices()[:num_devices]), (AXIS,))
+    mesh = Mesh(np.array(jax.devices()[:prog.num_devices]), (AXIS,))
     return jax.tree.map(lambda spec, sub: jax.device_put(sub, NamedSharding(mesh, spec)),
-                        STATE_SPEC, state, is_leaf=lambda x: isinstance(x, P))
+                        prog.state_spec, state, is_leaf=lambda x: isinstance(x, P))
 
 
 def _deliver(pending: tuple[int, int, Any], callbacks: Callbacks) -> dict:

@@ -104,7 +104,34 @@ def train_parser(algo: str) -> argparse.ArgumentParser:
                              "(0: none; default: 10)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="show a progress bar (default: on)")
+    multi = parser.add_argument_group(
+        "multi-process (multi-host) runs: one command per process, see "
+        "experiments/launch_multihost.md")
+    multi.add_argument("--distributed", action="store_true",
+                       help="join a multi-process run (jax.distributed) before anything else; "
+                            "missing values come from JAX_COORDINATOR_ADDRESS, "
+                            "JAX_NUM_PROCESSES, JAX_PROCESS_ID, or SLURM/Open MPI detection")
+    multi.add_argument("--coordinator-address", default=None, metavar="HOST:PORT",
+                       help="process 0's address (implies --distributed)")
+    multi.add_argument("--num-processes", type=int, default=None,
+                       help="processes in the run (implies --distributed)")
+    multi.add_argument("--process-id", type=int, default=None,
+                       help="this process's index, 0 writes the run directory "
+                            "(implies --distributed)")
     return parser
+
+
+def wants_distributed(args: argparse.Namespace) -> bool:
+    given = (args.coordinator_address, args.num_processes, args.process_id)
+    return args.distributed or any(v is not None for v in given)
+
+
+def join_distributed(args: argparse.Namespace) -> None:
+    """``jra.distributed.initialize`` with the command line's values (must run before JAX
+    starts its backend)."""
+    from jaxrl_async import distributed
+
+    distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
 
 
 def sweep_parser(algo: str) -> argparse.ArgumentParser:
@@ -231,6 +258,11 @@ def cmd_train(argv: list[str]) -> int:
     from jaxrl_async.runners.common import TrainingInterrupted
     from jaxrl_async.train import default_run_dir, load_config, summary, train
 
+    if wants_distributed(args):  # before anything starts JAX's backend
+        if args.resume:
+            return _fail("--resume: multi-process runs write no checkpoints to resume")
+        cpu_devices_for_roles(args)
+        join_distributed(args)
     try:
         base = load_config(args.resume) if args.resume else None
         cpu_devices_for_roles(args, base)
@@ -259,9 +291,17 @@ def cmd_train(argv: list[str]) -> int:
     if args.eval_episodes > 0:
         evaluation = evaluate(result, cfg, args.eval_episodes, greedy=True, seed=args.seed)
         _print_eval(evaluation)
-        sinks.write_json(run_dir / "eval.json", _eval_record(evaluation))
-    print(f"  run directory: {run_dir}")
+        if jax_process_index() == 0:  # only the main process writes
+            sinks.write_json(run_dir / "eval.json", _eval_record(evaluation))
+    if jax_process_index() == 0:
+        print(f"  run directory: {run_dir}")
     return 0
+
+
+def jax_process_index() -> int:
+    import jax
+
+    return jax.process_index()
 
 
 def _parse_values(cfg: Any, name: str, text: str) -> list[Any]:

@@ -12,15 +12,15 @@ from jaxrl_async import distributed  # noqa: E402
 
 
 def main() -> None:
-    process_id, port, out_dir = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    process_id, port, out_dir, runner = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
     distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process_id)
     import jax
 
     import jaxrl_async as jra
-    from tests.test_distributed import CONFIG
+    from tests.test_distributed import CONFIGS
 
     assert jax.device_count() == 4 and jax.local_device_count() == 2
-    result = jra.train(CONFIG, seed=5, run_dir=os.path.join(out_dir, f"run{process_id}"),
+    result = jra.train(CONFIGS[runner], seed=5, run_dir=os.path.join(out_dir, f"run{process_id}"),
                        progress=False)
     leaves = [np.asarray(x) for x in jax.tree.leaves(result.params)]
     np.savez(os.path.join(out_dir, f"params{process_id}.npz"), *leaves,

@@ -1,6 +1,9 @@
 """Two processes on 127.0.0.1 (gloo collectives, 2 CPU devices each) train one PPO run whose
-learner spans all 4 devices; both end with bitwise-identical params equal to a 1-process run."""
+learner spans the devices of both; both end with bitwise-identical params equal to a 1-process
+run with the same global batch. Under the sync runner the learner spans all 4 devices; under
+the async runner each process has 1 actor and 1 learner device."""
 
+import dataclasses
 import os
 import socket
 import subprocess
@@ -16,6 +19,19 @@ import jaxrl_async as jra
 CONFIG = jra.PPOConfig(env="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=2,
                        update_epochs=2, total_timesteps=8 * 16 * 6, log_every=2,
                        runner=jra.SyncConfig(num_devices=4))
+CONFIGS = {
+    "sync": CONFIG,
+    # per process: 1 actor device (4 envs), 1 learner device; the learner spans both processes
+    "async": dataclasses.replace(CONFIG, runner=jra.AsyncConfig(actor_devices=1,
+                                                                learner_devices=1)),
+}
+# The same global batch in one process with 4 devices: 2 actor devices (4 envs each, as the
+# 2 processes), 2 learner devices.
+SINGLE = {
+    "sync": CONFIG,
+    "async": dataclasses.replace(CONFIG, runner=jra.AsyncConfig(actor_devices=2,
+                                                                learner_devices=2)),
+}
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -26,12 +42,13 @@ def free_port() -> int:
 
 
 @pytest.mark.timeout(300)
-def test_two_processes_match_each_other_and_one_process(tmp_path, devices):
+@pytest.mark.parametrize("runner", ["sync", "async"])
+def test_two_processes_match_each_other_and_one_process(tmp_path, devices, runner):
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("XLA_FLAGS", None)
     procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "multiprocess_worker.py"),
-                               str(i), str(port), str(tmp_path)], env=env, cwd=ROOT,
+                               str(i), str(port), str(tmp_path), runner], env=env, cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(2)]
     try:
@@ -49,7 +66,7 @@ def test_two_processes_match_each_other_and_one_process(tmp_path, devices):
     assert (tmp_path / "run0" / "metrics.jsonl").exists()
     assert not (tmp_path / "run1").exists()
 
-    single = jra.train(CONFIG, seed=5, progress=False)  # this process: 4 forced devices
+    single = jra.train(SINGLE[runner], seed=5, progress=False)  # this process: 4 devices
     leaves = [np.asarray(x) for x in jax.tree.leaves(single.params)]
     for i, leaf in enumerate(leaves):
         np.testing.assert_allclose(first[f"arr_{i}"], leaf, rtol=1e-5, atol=1e-6)

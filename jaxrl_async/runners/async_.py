@@ -184,29 +184,51 @@ class Programs(NamedTuple):
 
 
 class Layout(NamedTuple):
-    """Where everything lives."""
+    """Where everything lives. In a multi-process run (``jra.distributed``) every process has
+    its own actors and streams, stepping its share of the envs, and the learner spans every
+    process's learner devices (``all_learner_devices``, in process order)."""
 
     actor_devices: list
-    learner_devices: list
+    learner_devices: list  # this process's
+    all_learner_devices: list  # every process's: the learner's mesh
     streams: list[Stream]
+    per_stream: int  # envs per stream
+    env_offset: int  # global id of this process's first env
     batch_sharding: Any  # a packed batch: one piece per learner device
     replicated: Any  # learner state, metrics, params: a copy on every learner device
 
 
 def layout(cfg: Any, devices: Sequence[Any]) -> Layout:
     actor_devices, learner_devices = split_devices(cfg, devices)
-    per_stream = cfg.num_envs // cfg.runner.num_streams
+    all_learners, process, processes = learner_devices, 0, 1
+    if jax.process_count() > 1:
+        by_process: dict[int, list] = {}
+        for d in jax.devices():
+            by_process.setdefault(d.process_index, []).append(d)
+        all_learners = [d for p in sorted(by_process)
+                        for d in split_devices(cfg, sorted(by_process[p], key=lambda d: d.id))[1]]
+        process, processes = jax.process_index(), jax.process_count()
+    streams_per_process = cfg.runner.num_streams
+    if cfg.num_envs % (processes * streams_per_process * len(learner_devices)):
+        raise ValueError(
+            f"{type(cfg).__name__}.num_envs must be divisible by processes * actor_devices * "
+            f"actors_per_device * learner_devices = "
+            f"{processes * streams_per_process * len(learner_devices)}, got {cfg.num_envs}")
+    per_stream = cfg.num_envs // (processes * streams_per_process)
+    offset = process * streams_per_process * per_stream
     streams = []
-    for s in range(cfg.runner.num_streams):
+    for s in range(streams_per_process):
         d = s // cfg.runner.actors_per_device
-        ids = jnp.arange(s * per_stream, (s + 1) * per_stream, dtype=jnp.int32)
+        first = offset + s * per_stream
+        ids = jnp.arange(first, first + per_stream, dtype=jnp.int32)
         streams.append(Stream(s, actor_devices[d], d, jax.device_put(ids, actor_devices[d])))
-    if len(learner_devices) == 1:
-        single = SingleDeviceSharding(learner_devices[0])
-        return Layout(actor_devices, learner_devices, streams, single, single)
-    mesh = Mesh(np.array(learner_devices), (AXIS,))
-    return Layout(actor_devices, learner_devices, streams, NamedSharding(mesh, P(AXIS)),
-                  NamedSharding(mesh, P()))
+    if len(all_learners) == 1:
+        single = SingleDeviceSharding(all_learners[0])
+        return Layout(actor_devices, learner_devices, all_learners, streams, per_stream, offset,
+                      single, single)
+    mesh = Mesh(np.array(all_learners), (AXIS,))
+    return Layout(actor_devices, learner_devices, all_learners, streams, per_stream, offset,
+                  NamedSharding(mesh, P(AXIS)), NamedSharding(mesh, P()))
 
 
 def to_learner(pieces: Sequence[jax.Array], where: Layout) -> jax.Array:
@@ -214,19 +236,18 @@ def to_learner(pieces: Sequence[jax.Array], where: Layout) -> jax.Array:
     array over the learner devices. Device-to-device copies only: no op that would queue
     behind the next rollout on the actor device."""
     placed = jax.device_put(list(pieces), list(where.learner_devices))
-    if len(placed) == 1:
+    if len(where.all_learner_devices) == 1:
         return placed[0]
-    size = placed[0].shape[0]
-    return jax.make_array_from_single_device_arrays((size * len(placed),), where.batch_sharding,
-                                                    placed)
+    size = placed[0].shape[0] * len(where.all_learner_devices)
+    return jax.make_array_from_single_device_arrays((size,), where.batch_sharding, placed)
 
 
 def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Programs:
     """Compile the init, the rollout for every actor device and the update for the learner
     devices, from shapes alone."""
-    num_learners = len(where.learner_devices)
-    axis = AXIS if num_learners > 1 else None
-    per_stream = cfg.num_envs // cfg.runner.num_streams
+    num_learners = len(where.learner_devices)  # this process's: a stream's pieces
+    axis = AXIS if len(where.all_learner_devices) > 1 else None
+    per_stream = where.per_stream
     all_ids = jnp.arange(cfg.num_envs, dtype=jnp.int32)
 
     def init(key: jax.Array) -> RunState:
@@ -241,8 +262,9 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
         carry, traj, sums = collect(env, algo, params_packing.unpack(params), carry, run_key,
                                     update, cfg.num_steps, env_id, version)
         width = traj.reward.shape[1] // num_learners
-        pieces = [(jax.tree.map(lambda x, i=i: x[:, i * width:(i + 1) * width], traj), sums)
-                  for i in range(num_learners)]
+        nothing = jax.tree.map(jnp.zeros_like, sums)  # the stream's sums go with piece 0 only
+        pieces = [(jax.tree.map(lambda x, i=i: x[:, i * width:(i + 1) * width], traj),
+                   sums if i == 0 else nothing) for i in range(num_learners)]
         return carry, pieces
 
     def actor_args(device: Any) -> tuple:
@@ -263,6 +285,8 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
         pieces = [piece_packing.unpack(batch) for batch in batches]  # this device's share
         traj = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *[t for t, _ in pieces])
         sums = jax.tree.map(lambda *xs: sum(xs), *[s for _, s in pieces])
+        if axis:
+            sums = lax.psum(sums, axis)
         staleness = (state.update - traj.policy_version).astype(jnp.float32)
         state, metrics = learn_update(algo, state, traj, sums, cfg.steps_per_update, axis)
         mean, most = staleness.mean(), staleness.max()
@@ -271,10 +295,10 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
         metrics = {**metrics, "staleness": mean, "staleness_max": most}
         return state, metrics, params_packing.pack(algo.policy_params(state.learner))
 
-    batch = jax.ShapeDtypeStruct((piece_packing.size * num_learners,), jnp.uint32,
-                                 sharding=where.batch_sharding)
+    batch = jax.ShapeDtypeStruct((piece_packing.size * len(where.all_learner_devices),),
+                                 jnp.uint32, sharding=where.batch_sharding)
     batches = (batch,) * len(where.streams)
-    on_learners = functools.partial(spmd, devices=where.learner_devices,
+    on_learners = functools.partial(spmd, devices=where.all_learner_devices,
                                     in_specs=(spec, P(AXIS)), out_specs=(spec, P(), P()))
     names = tuple(sorted(jax.eval_shape(on_learners(update), learner_state, batches)[1]))
 
@@ -308,6 +332,27 @@ def learner_state_spec(algo: Algorithm) -> RunState:
     ``i`` of every stream's envs, in stream order (the sync runner: a contiguous range)."""
     return RunState(learner=learner_spec(algo, P(AXIS), P()), env=(), key=P(), update=P(),
                     last_episode=P())
+
+
+def put_global(tree: Any, sharding: Any) -> Any:
+    """``jax.device_put(tree, sharding)``, also when ``sharding`` spans devices of other
+    processes (a multi-process run, where every process holds the same ``tree``)."""
+    if jax.process_count() == 1:
+        return jax.device_put(tree, sharding)
+
+    def put(x: Any) -> jax.Array:
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            return jax.random.wrap_key_data(put(jax.random.key_data(x)),
+                                            impl=jax.random.key_impl(x))
+        host = np.asarray(jax.device_get(x))
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+    return jax.tree.map(put, tree)
+
+
+def local_copy(x: jax.Array) -> jax.Array:
+    """This process's copy of a replicated array (itself, in a single-process run)."""
+    return x if x.is_fully_addressable else x.addressable_data(0)
 
 
 def _placed(spec: RunState, tree: Any, where: Layout, put: Callable) -> Any:
@@ -518,7 +563,7 @@ def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, wher
         oldest = acting_version(runner, update + 1) if runner.deterministic else update + 1
         for old in [v for v in versions if v < oldest]:
             del versions[old]
-        chunk.device_rows.append(metrics)
+        chunk.device_rows.append(local_copy(metrics))
         chunk.host_rows["dropped_batches"].append(dropped)
         chunk.host_rows["queue_depth"].append(depth)
         if chunk_ends(cfg, first, update + 1):
@@ -534,7 +579,8 @@ def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, wher
 
 def publish(params: jax.Array, where: Layout, pipeline: Pipeline, version: int) -> None:
     """Copy the (packed) policy params to every actor device, ready, and publish them."""
-    copies = jax.device_put([params] * len(where.actor_devices), list(where.actor_devices))
+    copies = jax.device_put([local_copy(params)] * len(where.actor_devices),
+                            list(where.actor_devices))
     jax.block_until_ready(copies)  # an actor must never wait on params inside XLA
     pipeline.publish(version, copies)
 
@@ -558,15 +604,14 @@ def prepare(cfg: Any, key: jax.Array, state: RunState | None = None,
     programs = compile_programs(cfg, *build(cfg), where)
     if state is None:
         state = programs.init(key)
-    per_stream = cfg.num_envs // cfg.runner.num_streams
-    carries = [
-        jax.device_put(jax.tree.map(lambda x, i=s.index: x[i * per_stream:(i + 1) * per_stream],
-                                    state.env), s.device)
-        for s in where.streams
-    ]
+    carries = []
+    for s in where.streams:
+        begin = where.env_offset + s.index * where.per_stream
+        share = jax.tree.map(lambda x, b=begin: x[b:b + where.per_stream], state.env)
+        carries.append(jax.device_put(share, s.device))
     learner_state = _placed(learner_state_spec(programs.algo), state._replace(
-        env=(), behaviour_params=()), where, jax.device_put)
-    behaviour = jax.device_put(state.behaviour_params, where.replicated)
+        env=(), behaviour_params=()), where, put_global)
+    behaviour = put_global(state.behaviour_params, where.replicated)
     run_keys = [jax.device_put(state.key, d) for d in where.actor_devices]
     return Setup(where, programs, int(state.update), learner_state, carries, run_keys, behaviour)
 
@@ -617,7 +662,7 @@ def _run(cfg: Any, key: jax.Array, callbacks: Callbacks, state: RunState | None,
     setup = prepare(cfg, key, state, devices)
     compile_s = time.perf_counter() - start
     where, programs, first, carries = setup.where, setup.programs, setup.first, setup.carries
-    runner, per_stream = cfg.runner, cfg.num_envs // cfg.runner.num_streams
+    runner, per_stream = cfg.runner, where.per_stream
 
     pipeline = Pipeline(len(where.actor_devices), runner.queue_size)
     events: queue.Queue = queue.Queue()

@@ -42,7 +42,7 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import chex
@@ -221,7 +221,6 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
     """Compile the init, the rollout for every actor device and the update for the learner
     devices, from shapes alone."""
     num_learners = len(where.learner_devices)
-    axis = AXIS if num_learners > 1 else None
     per_stream = cfg.num_envs // cfg.runner.num_streams
     all_ids = jnp.arange(cfg.num_envs, dtype=jnp.int32)
 
@@ -229,7 +228,6 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
         return init_state(env, algo, key, all_ids)
 
     run_state = jax.eval_shape(init, jax.random.key(0))
-    learner_state = _on(run_state._replace(env=()), where.replicated)
     params_packing = Packing.of(algo.policy_params(run_state.learner))
 
     def rollout(params, carry, run_key, update, env_id, version):
@@ -253,6 +251,21 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
     def actor(*args):
         carry, pieces = rollout(*args)
         return carry, tuple(piece_packing.pack(piece) for piece in pieces)
+
+    actors = [jax.jit(actor, donate_argnums=1).lower(*actor_args(d)) for d in where.actor_devices]
+    return compile_with_learner(cfg, algo, where, init, piece_packing, actors)
+
+
+def compile_with_learner(cfg: Any, algo: Algorithm, where: Layout, init: Callable,
+                         piece_packing: Packing, actors: list) -> Programs:
+    """Compile the update for the learner devices (one packed piece per stream and learner
+    device, laid out by ``piece_packing``), ``pack_params``, ``init`` and the lowered actor
+    programs ``actors`` (kept, compiled, in ``Programs.actor``), from shapes alone."""
+    num_learners = len(where.learner_devices)
+    axis = AXIS if num_learners > 1 else None
+    run_state = jax.eval_shape(init, jax.random.key(0))
+    learner_state = _on(run_state._replace(env=()), where.replicated)
+    params_packing = Packing.of(algo.policy_params(run_state.learner))
 
     def update(state: RunState, batches: tuple[jax.Array, ...]):
         pieces = [piece_packing.unpack(batch) for batch in batches]  # this device's share
@@ -281,7 +294,7 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
         return params_packing.pack(algo.policy_params(state.learner))
 
     options = compiler_options(cfg)
-    lowered = [jax.jit(actor, donate_argnums=1).lower(*actor_args(d)) for d in where.actor_devices]
+    lowered = list(actors)
     lowered.append(jax.jit(on_learners(learner)).lower(learner_state, batches))
     lowered.append(jax.jit(pack_params).lower(learner_state))
     lowered.append(jax.jit(init).lower(jax.random.key(0)))
@@ -397,11 +410,11 @@ class RoleStats:
         self.busy_s = 0.0
 
 
-def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run_key: jax.Array,
-               first: int, where: Layout, pipeline: Pipeline, stats: RoleStats,
-               carries: list) -> None:
-    """One actor stream: rollouts until the schedule ends (deterministic) or the pipeline stops
-    (free-running). Its n-th rollout draws the keys of update ``first + n``."""
+def schedule(cfg: Any, stream: Stream, first: int,
+             pipeline: Pipeline) -> Iterator[tuple[int, int, int, Any]]:
+    """(update, ticket, params version, params) of each rollout of ``stream``, in order, until
+    the schedule ends (deterministic) or the pipeline stops (free-running). Its n-th rollout
+    draws the keys of update ``first + n``."""
     runner, num_streams = cfg.runner, cfg.runner.num_streams
     for n in range(cfg.num_updates - first) if runner.deterministic else itertools.count():
         update = first + n
@@ -415,6 +428,15 @@ def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run
             if runner.stale_policy == "correct":  # ticket t is learned in update first + t // S
                 at_least = first + ticket // num_streams - runner.max_staleness
             version, params = pipeline.newest_params(stream.device_index, at_least)
+        yield update, ticket, version, params
+
+
+def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run_key: jax.Array,
+               first: int, where: Layout, pipeline: Pipeline, stats: RoleStats,
+               carries: list) -> None:
+    """One actor stream: rollouts until the schedule ends (deterministic) or the pipeline stops
+    (free-running). Its n-th rollout draws the keys of update ``first + n``."""
+    for update, ticket, version, params in schedule(cfg, stream, first, pipeline):
         start = time.perf_counter()
         carry, pieces = program(params, carry, run_key, np.int32(update), stream.env_id,
                                 np.int32(version))

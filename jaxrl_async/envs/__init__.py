@@ -1,4 +1,5 @@
-"""Environments: ``make_env(env_id)`` for gymnax ids, wrapped and batched on the device."""
+"""Environments: ``make_env(env_id)`` for gymnax ids, wrapped and batched on the device; host
+envs (``gymnasium:<id>``, ``envpool:<id>``) for the async runner's host actors in ``host``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,13 @@ import functools
 from typing import Any
 
 from jaxrl_async.envs.core import EnvSpec, GymnaxVecEnv, VecEnv, spec_from_gymnax
+from jaxrl_async.envs.host import (
+    HostVecEnv,
+    check_host_env_id,
+    host_env_spec,
+    is_host_env,
+    make_host_env,
+)
 from jaxrl_async.envs.wrappers import (
     ClipAction,
     EpisodeStatistics,
@@ -21,6 +29,9 @@ __all__ = [
     "make_env",
     "env_spec",
     "known_env_ids",
+    "HostVecEnv",
+    "is_host_env",
+    "make_host_env",
     "ClipAction",
     "EpisodeStatistics",
     "FlattenObservation",
@@ -38,7 +49,10 @@ def known_env_ids() -> list[str]:
 
 
 def check_env_id(env_id: str) -> None:
-    """Raise ``ValueError`` listing the known ids when ``env_id`` is unknown."""
+    """Raise ``ValueError`` listing the known ids when ``env_id`` is unknown (for a host env:
+    naming the missing package or the unknown id)."""
+    if is_host_env(env_id):
+        return check_host_env_id(env_id)
     known = known_env_ids()
     if env_id not in known:
         raise ValueError(f"unknown env id {env_id!r}; known ids: {', '.join(known)}")
@@ -54,7 +68,10 @@ def _gymnax(env_id: str, env_kwargs: tuple = ()) -> tuple[Any, Any, EnvSpec]:
 
 
 def env_spec(env_id: str, *, flatten_obs: bool = False) -> EnvSpec:
-    """The spec of ``make_env(env_id, flatten_obs=...)`` without building wrappers."""
+    """The spec of ``make_env(env_id, flatten_obs=...)`` without building wrappers (of
+    ``make_host_env`` for a host env)."""
+    if is_host_env(env_id):
+        return host_env_spec(env_id, flatten_obs=flatten_obs)
     return make_env(env_id, flatten_obs=flatten_obs).spec
 
 
@@ -72,6 +89,10 @@ def make_env(
     Wrapper order, inner to outer: flatten, clip action (continuous only), episode statistics,
     observation normalisation (outermost, so its statistics see what the agent sees).
     """
+    if is_host_env(env_id):
+        raise ValueError(f"{env_id!r} is a host env, stepped by Python threads and not inside a "
+                         "JAX program: train it with runner=AsyncConfig(...), or make it with "
+                         "jaxrl_async.envs.make_host_env")
     env, params, spec = _gymnax(env_id, tuple(sorted(env_kwargs.items())))
     vec: VecEnv = GymnaxVecEnv(env, params, spec)
     if flatten_obs and len(spec.obs_shape) > 1:

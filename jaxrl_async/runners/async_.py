@@ -54,6 +54,7 @@ from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxrl_async.algos import Algorithm
+from jaxrl_async.envs.host import is_host_env
 from jaxrl_async.rollout import EnvCarry
 from jaxrl_async.runners.common import (
     AXIS,
@@ -551,7 +552,12 @@ def run(
     hold ``staleness``/``staleness_max`` (updates between acting and learning params),
     ``actor_busy``/``learner_busy`` (fraction of wall time each role computed, per log chunk),
     ``dropped_batches`` (so far) and ``queue_depth`` (batches waiting when the learner took its
-    last). ``callbacks.on_state`` is called once, with the final state."""
+    last). ``callbacks.on_state`` is called once, with the final state. Host envs
+    (``env="gymnasium:..."``/``"envpool:..."``) run in ``host_actors.run``."""
+    if is_host_env(cfg.env):
+        from jaxrl_async.runners import host_actors
+
+        return host_actors.run(cfg, key, callbacks, state, devices)
     try:
         return _run(cfg, key, callbacks or Callbacks(), state, devices)
     except BaseException as error:

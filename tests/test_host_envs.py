@@ -52,7 +52,8 @@ class Counter(gymnasium.Env):
         self.t += 1
         odd = self.episode % 2 == 1
         terminated, truncated = odd and self.t == 4, not odd and self.t == 3
-        return np.array([self.episode, self.t], np.float64), float(self.t), terminated, truncated, {}
+        obs = np.array([self.episode, self.t], np.float64)
+        return obs, float(self.t), terminated, truncated, {}
 
 
 gymnasium.register(COUNTER, entry_point=Counter)

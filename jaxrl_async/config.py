@@ -239,6 +239,9 @@ class AsyncConfig:
     queue_size: int = static(4, positive_int)
     """Free-running mode: most trajectories collected or being collected and not yet taken by
     the learner (bounds memory and staleness)."""
+    host_vectorization: str = static("sync", one_of("sync", "async"))
+    """Host envs (env='gymnasium:...'): how each actor stream's gymnasium vector env steps its
+    envs: 'sync' one after another in the stream's thread, 'async' in a subprocess each."""
 
     name = "async"
 
@@ -259,7 +262,12 @@ class TrainConfig:
     """Fields every algorithm shares: the env, the batch shape, the budget, the runner."""
 
     env: str = static("CartPole-v1")
-    """Environment id (any gymnax id, e.g. CartPole-v1, Pendulum-v1, Breakout-MinAtar)."""
+    """Environment id: any gymnax id (e.g. CartPole-v1, Pendulum-v1, Breakout-MinAtar), run on
+    the device; or a host env stepped by CPU threads, with the async runner only:
+    'gymnasium:<id>' (any registered gymnasium id, e.g. gymnasium:CartPole-v1) or
+    'envpool:<id>' (needs the package envpool). Each actor stream (runner.actors_per_device
+    per actor device) is one thread owning num_envs / streams host envs, seeded per env from
+    the run seed; their states are not part of the checkpointable run state."""
     total_timesteps: int = static(500_000, positive_int)
     """Environment steps to train for (summed over all envs)."""
     num_envs: int = static(4, positive_int)
@@ -324,7 +332,7 @@ class TrainConfig:
 
     # ----------------------------------------------------------------- checks
     def validate(self) -> None:
-        from jaxrl_async.envs import check_env_id, env_spec
+        from jaxrl_async.envs import check_env_id, env_spec, is_host_env
 
         try:
             check_env_id(self.env)
@@ -341,6 +349,18 @@ class TrainConfig:
         if self.runner.name == "sync" and self.num_envs % self.runner.num_devices:
             fail(self, "num_envs",
                  f"must be divisible by runner.num_devices = {self.runner.num_devices}")
+        if is_host_env(self.env):
+            if self.runner.name != "async":
+                fail(self, "runner", f"must be AsyncConfig(...) for the host env {self.env!r} "
+                     "(host envs are stepped by actor threads; the sync runner runs the envs "
+                     "inside one JAX program)")
+            if self.normalize_obs:
+                fail(self, "normalize_obs", f"is not supported for the host env {self.env!r} "
+                     "(wrap the gymnasium env in gymnasium.wrappers.NormalizeObservation and "
+                     "register it under a new id instead)")
+            if self.checkpoint_every:
+                fail(self, "checkpoint_every", f"must be 0 for the host env {self.env!r} (its "
+                     "env states live in Python objects, outside the checkpointable run state)")
         if self.runner.name == "async":
             # Each actor stream steps num_envs / streams envs; the learner splits every stream's
             # trajectory over its devices along the env axis.

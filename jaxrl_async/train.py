@@ -16,6 +16,7 @@ import numpy as np
 from jaxrl_async import checkpoint
 from jaxrl_async import logging as sinks
 from jaxrl_async.config import from_dict, to_dict
+from jaxrl_async.envs import is_host_env
 from jaxrl_async.runners import sync
 from jaxrl_async.runners.common import (
     Callbacks,
@@ -113,10 +114,10 @@ def train(
                     sinks.CsvSink(run_dir / "metrics.csv")]
         if cfg.tensorboard:
             writers.append(sinks.TensorBoardSink(run_dir / "tensorboard"))
-        if jax.process_count() == 1:
-            writers.append(checkpoint.CheckpointSink(run_dir, cfg))
-        else:  # the env states live on every process: a save needs them all (orbax multihost)
+        if jax.process_count() > 1:  # the env states live on every process: a save needs them
             warnings.warn("checkpoints are not written in multi-process runs yet", stacklevel=2)
+        elif not is_host_env(cfg.env):  # host env states live in Python objects: no checkpoint
+            writers.append(checkpoint.CheckpointSink(run_dir, cfg))
     if progress:
         writers.append(sinks.ProgressBar(cfg.num_updates * cfg.steps_per_update,
                                          cfg.steps_per_update, desc=f"{cfg.name} {cfg.env}"))

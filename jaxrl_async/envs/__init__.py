@@ -1,4 +1,5 @@
-"""Environments: ``make_env(env_id)`` for gymnax ids, wrapped and batched on the device."""
+"""Environments: ``make_env(env_id)`` for gymnax ids, wrapped and batched on the device; host
+envs (``gymnasium:<id>``, ``envpool:<id>``) for the async runner's host actors in ``host``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,13 @@ from typing import Any
 
 from jaxrl_async.envs import brax
 from jaxrl_async.envs.core import EnvSpec, GymnaxVecEnv, VecEnv, spec_from_gymnax
+from jaxrl_async.envs.host import (
+    HostVecEnv,
+    check_host_env_id,
+    host_env_spec,
+    is_host_env,
+    make_host_env,
+)
 from jaxrl_async.envs.wrappers import (
     ClipAction,
     EpisodeStatistics,
@@ -22,6 +30,9 @@ __all__ = [
     "make_env",
     "env_spec",
     "known_env_ids",
+    "HostVecEnv",
+    "is_host_env",
+    "make_host_env",
     "ClipAction",
     "EpisodeStatistics",
     "FlattenObservation",
@@ -42,7 +53,10 @@ def known_env_ids() -> list[str]:
 
 
 def check_env_id(env_id: str) -> None:
-    """Raise ``ValueError`` listing the known ids when ``env_id`` is unknown."""
+    """Raise ``ValueError`` listing the known ids when ``env_id`` is unknown (for a host env:
+    naming the missing package or the unknown id)."""
+    if is_host_env(env_id):
+        return check_host_env_id(env_id)
     known = known_env_ids()
     if env_id not in known:
         hint = ""
@@ -61,7 +75,10 @@ def _gymnax(env_id: str, env_kwargs: tuple = ()) -> tuple[Any, Any, EnvSpec]:
 
 
 def env_spec(env_id: str, *, flatten_obs: bool = False) -> EnvSpec:
-    """The spec of ``make_env(env_id, flatten_obs=...)`` without building wrappers."""
+    """The spec of ``make_env(env_id, flatten_obs=...)`` without building wrappers (of
+    ``make_host_env`` for a host env)."""
+    if is_host_env(env_id):
+        return host_env_spec(env_id, flatten_obs=flatten_obs)
     return make_env(env_id, flatten_obs=flatten_obs).spec
 
 
@@ -81,6 +98,10 @@ def make_env(
     ``brax/<name>`` ids take ``episode_length`` and ``backend`` as ``env_kwargs``.
     """
     vec: VecEnv
+    if is_host_env(env_id):
+        raise ValueError(f"{env_id!r} is a host env, stepped by Python threads and not inside a "
+                         "JAX program: train it with runner=AsyncConfig(...), or make it with "
+                         "jaxrl_async.envs.make_host_env")
     if env_id.startswith(brax.PREFIX):
         check_env_id(env_id)
         vec = brax.make(env_id, tuple(sorted(env_kwargs.items())))

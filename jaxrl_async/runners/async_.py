@@ -42,7 +42,7 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import chex
@@ -54,6 +54,7 @@ from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxrl_async.algos import Algorithm
+from jaxrl_async.envs.host import is_host_env
 from jaxrl_async.rollout import EnvCarry
 from jaxrl_async.runners.common import (
     AXIS,
@@ -246,7 +247,6 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
     """Compile the init, the rollout for every actor device and the update for the learner
     devices, from shapes alone."""
     num_learners = len(where.learner_devices)  # this process's: a stream's pieces
-    axis = AXIS if len(where.all_learner_devices) > 1 else None
     per_stream = where.per_stream
     all_ids = jnp.arange(cfg.num_envs, dtype=jnp.int32)
 
@@ -254,8 +254,6 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
         return init_state(env, algo, key, all_ids)
 
     run_state = jax.eval_shape(init, jax.random.key(0))
-    spec = learner_state_spec(algo)
-    learner_state = _placed(spec, run_state._replace(env=()), where, _on)
     params_packing = Packing.of(algo.policy_params(run_state.learner))
 
     def rollout(params, carry, run_key, update, env_id, version):
@@ -280,6 +278,21 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
     def actor(*args):
         carry, pieces = rollout(*args)
         return carry, tuple(piece_packing.pack(piece) for piece in pieces)
+
+    actors = [jax.jit(actor, donate_argnums=1).lower(*actor_args(d)) for d in where.actor_devices]
+    return compile_with_learner(cfg, algo, where, init, piece_packing, actors)
+
+
+def compile_with_learner(cfg: Any, algo: Algorithm, where: Layout, init: Callable,
+                         piece_packing: Packing, actors: list) -> Programs:
+    """Compile the update for the learner devices (one packed piece per stream and learner
+    device, laid out by ``piece_packing``), ``pack_params``, ``init`` and the lowered actor
+    programs ``actors`` (kept, compiled, in ``Programs.actor``), from shapes alone."""
+    axis = AXIS if len(where.all_learner_devices) > 1 else None
+    run_state = jax.eval_shape(init, jax.random.key(0))
+    spec = learner_state_spec(algo)
+    learner_state = _placed(spec, run_state._replace(env=()), where, _on)
+    params_packing = Packing.of(algo.policy_params(run_state.learner))
 
     def update(state: RunState, batches: tuple[jax.Array, ...]):
         pieces = [piece_packing.unpack(batch) for batch in batches]  # this device's share
@@ -310,7 +323,7 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
         return params_packing.pack(algo.policy_params(state.learner))
 
     options = compiler_options(cfg)
-    lowered = [jax.jit(actor, donate_argnums=1).lower(*actor_args(d)) for d in where.actor_devices]
+    lowered = list(actors)
     lowered.append(jax.jit(on_learners(learner)).lower(learner_state, batches))
     lowered.append(jax.jit(pack_params).lower(learner_state))
     lowered.append(jax.jit(init).lower(jax.random.key(0)))
@@ -475,13 +488,11 @@ class RoleStats:
         self.busy_s = 0.0
 
 
-def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run_key: jax.Array,
-               first: int, where: Layout, pipeline: Pipeline, stats: RoleStats,
-               carries: list, snapshots: list[dict]) -> None:
-    """One actor stream: rollouts until the schedule ends (deterministic) or the pipeline stops
-    (free-running). Its n-th rollout draws the keys of update ``first + n``. After a rollout
-    that ends a log chunk it keeps a copy of its env carry in ``snapshots[stream]``, keyed by
-    the rollouts done (the env part of the run state handed to ``on_state``)."""
+def schedule(cfg: Any, stream: Stream, first: int,
+             pipeline: Pipeline) -> Iterator[tuple[int, int, int, Any]]:
+    """(update, ticket, params version, params) of each rollout of ``stream``, in order, until
+    the schedule ends (deterministic) or the pipeline stops (free-running). Its n-th rollout
+    draws the keys of update ``first + n``."""
     runner, num_streams = cfg.runner, cfg.runner.num_streams
     for n in range(cfg.num_updates - first) if runner.deterministic else itertools.count():
         update = first + n
@@ -495,6 +506,17 @@ def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run
             if runner.stale_policy == "correct":  # ticket t is learned in update first + t // S
                 at_least = first + ticket // num_streams - runner.max_staleness
             version, params = pipeline.newest_params(stream.device_index, at_least)
+        yield update, ticket, version, params
+
+
+def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run_key: jax.Array,
+               first: int, where: Layout, pipeline: Pipeline, stats: RoleStats,
+               carries: list, snapshots: list[dict]) -> None:
+    """One actor stream: rollouts until the schedule ends (deterministic) or the pipeline stops
+    (free-running). Its n-th rollout draws the keys of update ``first + n``. After a rollout
+    that ends a log chunk it keeps a copy of its env carry in ``snapshots[stream]``, keyed by
+    the rollouts done (the env part of the run state handed to ``on_state``)."""
+    for update, ticket, version, params in schedule(cfg, stream, first, pipeline):
         start = time.perf_counter()
         carry, pieces = program(params, carry, run_key, np.int32(update), stream.env_id,
                                 np.int32(version))
@@ -504,7 +526,7 @@ def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run
         carries[stream.index] = carry
         if chunk_ends(cfg, first, update + 1):
             pipeline.keep_snapshot(snapshots[stream.index], update + 1,
-                                   jax.tree.map(jnp.copy, carry), runner.deterministic)
+                                   jax.tree.map(jnp.copy, carry), cfg.runner.deterministic)
         # Copied to the learner devices here, right away, so the copy overlaps the update.
         pipeline.deliver(ticket, Batch(to_learner(pieces, where), version))
 
@@ -644,7 +666,12 @@ def run(
     ``dropped_batches`` (so far) and ``queue_depth`` (batches waiting when the learner took its
     last); the last three are wall-clock measurements, not part of the run's outcome.
     ``callbacks.on_state`` gets the run state after every log chunk. Ctrl-C stops after the
-    chunk in flight, with ``on_state(final=True)``, and raises ``TrainingInterrupted``."""
+    chunk in flight, with ``on_state(final=True)``, and raises ``TrainingInterrupted``. Host envs
+    (``env="gymnasium:..."``/``"envpool:..."``) run in ``host_actors.run``."""
+    if is_host_env(cfg.env):
+        from jaxrl_async.runners import host_actors
+
+        return host_actors.run(cfg, key, callbacks, state, devices)
     try:
         return _run(cfg, key, callbacks or Callbacks(), state, devices)
     except BaseException as error:
@@ -662,16 +689,42 @@ def _run(cfg: Any, key: jax.Array, callbacks: Callbacks, state: RunState | None,
     setup = prepare(cfg, key, state, devices)
     compile_s = time.perf_counter() - start
     where, programs, first, carries = setup.where, setup.programs, setup.first, setup.carries
-    runner, per_stream = cfg.runner, where.per_stream
+    snapshots: list[dict] = [{} for _ in where.streams]
+    if not cfg.runner.deterministic:  # the newest carry of each stream, from the start
+        for s in where.streams:
+            snapshots[s.index][first] = jax.tree.map(jnp.copy, carries[s.index])
 
+    def actors(pipeline: Pipeline, stats: list[RoleStats]) -> list[tuple[Callable, tuple]]:
+        return [(actor_loop, (cfg, s, programs.actor[s.device_index], carries[s.index],
+                              setup.run_keys[s.device_index], first, where, pipeline,
+                              stats[s.index], carries, snapshots))
+                for s in where.streams]
+
+    def env_state(pipeline: Pipeline, done: int) -> Any:  # [num_envs, ...] on the host
+        exact = cfg.runner.deterministic
+        parts = jax.device_get([pipeline.snapshot(store, done, exact) for store in snapshots])
+        return jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
+
+    try:
+        return drive(cfg, setup, callbacks, compile_s, actors, env_state)
+    finally:
+        snapshots.clear()
+        carries.clear()
+
+
+def drive(cfg: Any, setup: Setup, callbacks: Callbacks, compile_s: float,
+          actors: Callable[[Pipeline, list[RoleStats]], list[tuple[Callable, tuple]]],
+          env_state: Callable[[Pipeline, int], Any]) -> TrainResult:
+    """The pipeline of a prepared run, whatever its actors: publish the first params, start
+    the actor threads (``actors(pipeline, stats)``: per stream, a thread's target and
+    arguments) and the learner thread, hand metrics and the run state after every chunk (its
+    env part from ``env_state(pipeline, updates done)``) to the callbacks, stop every thread,
+    and return the result (or raise ``TrainingInterrupted`` after a Ctrl-C)."""
+    where, programs, first, runner = setup.where, setup.programs, setup.first, cfg.runner
     pipeline = Pipeline(len(where.actor_devices), runner.queue_size)
     events: queue.Queue = queue.Queue()
     actor_stats = [RoleStats() for _ in where.streams]
     learner_stats = RoleStats()
-    snapshots: list[dict] = [{} for _ in where.streams]
-    if not runner.deterministic:  # the newest carry of each stream, from the start
-        for s in where.streams:
-            snapshots[s.index][first] = jax.tree.map(jnp.copy, carries[s.index])
     # The params versions the actors may use first: the learner's, and the older acting ones
     # of a resumed deterministic run.
     versions = {first: programs.pack_params(setup.learner_state)}
@@ -679,12 +732,8 @@ def _run(cfg: Any, key: jax.Array, callbacks: Callbacks, state: RunState | None,
         versions[acting_version(runner, first)] = setup.behaviour
     for version in sorted(versions):
         publish(versions[version], where, pipeline, version)
-    threads = [
-        _thread(f"actor-{s.index}", events, pipeline, actor_loop, cfg, s,
-                programs.actor[s.device_index], carries[s.index], setup.run_keys[s.device_index],
-                first, where, pipeline, actor_stats[s.index], carries, snapshots)
-        for s in where.streams
-    ]
+    threads = [_thread(f"actor-{s.index}", events, pipeline, target, *args)
+               for s, (target, args) in zip(where.streams, actors(pipeline, actor_stats))]
     threads.append(_thread("learner", events, pipeline, learner_loop, cfg, programs,
                            setup.learner_state, first, where, pipeline, actor_stats,
                            learner_stats, events, versions))
@@ -698,13 +747,11 @@ def _run(cfg: Any, key: jax.Array, callbacks: Callbacks, state: RunState | None,
             for thread in threads:
                 thread.start()
             final = _supervise(cfg, threads, events, callbacks, programs.metric_names, rows,
-                               pipeline, snapshots, stop)
+                               functools.partial(env_state, pipeline), stop)
             train_s = time.perf_counter() - start
-        collected = sum(s.rollouts for s in actor_stats) * per_stream * cfg.num_steps
+        collected = sum(s.rollouts for s in actor_stats) * where.per_stream * cfg.num_steps
     finally:
         _shut_down(pipeline, threads)
-        snapshots.clear()
-        carries.clear()
 
     done = int(final.update)
     metrics = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]} if rows else {}
@@ -745,11 +792,11 @@ def _guarded(events: queue.Queue, pipeline: Pipeline, target: Callable, *args: A
 
 def _supervise(cfg: Any, threads: list[threading.Thread], events: queue.Queue,
                callbacks: Callbacks, names: tuple[str, ...], rows: list[dict],
-               pipeline: Pipeline, snapshots: list[dict], stop: StopOnInterrupt) -> RunState:
+               env_state: Callable[[int], Any], stop: StopOnInterrupt) -> RunState:
     """The calling thread's part: deliver metrics and the run state after each chunk to the
     callbacks, until the learner's last chunk or, after a Ctrl-C, the next chunk; re-raise the
     first exception of any thread. Waits with a timeout, so signals get through."""
-    learner, exact = threads[-1], cfg.runner.deterministic
+    learner = threads[-1]
     while True:
         try:
             kind, payload = events.get(timeout=0.2)
@@ -761,9 +808,7 @@ def _supervise(cfg: Any, threads: list[threading.Thread], events: queue.Queue,
             raise payload
         rows.append(_deliver(payload, names, callbacks))
         done = payload.first + len(payload.device_rows)
-        parts = jax.device_get([pipeline.snapshot(store, done, exact) for store in snapshots])
-        env = jax.tree.map(lambda *xs: np.concatenate(xs), *parts)  # [num_envs, ...] on host
-        state = payload.state._replace(env=env, behaviour_params=payload.behaviour)
+        state = payload.state._replace(env=env_state(done), behaviour_params=payload.behaviour)
         final = done == cfg.num_updates or stop.requested
         callbacks.on_state(state, final=final, update=done)
         if final:

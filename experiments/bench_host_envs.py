@@ -1,0 +1,186 @@
+"""Speed of host actors (gymnasium CartPole stepped on host threads) on 2 devices (1 actor,
+1 learner) with 1, 2 and 4 actor threads, against the blocking loop on one thread.
+
+    python experiments/bench_host_envs.py [--num-envs 16 --num-steps 64 --update-epochs 32
+                                          --updates 30 --rounds 3]
+
+(the saved run, ``results/bench_host_envs.jsonl``, used ``--update-epochs 32`` so that the
+update takes about as long as the host rollout.)
+
+Figures (the words of DESIGN.md "Measuring it"), per configuration, medians over ``--rounds``:
+
+- ``R``, ``U``: seconds per iteration of the host rollout alone (one thread stepping all the
+  envs, acting, packing, copying to the learner) and of the update alone;
+- ``blocking``: the blocking loop on one thread (host rollout, update, wait, params copy);
+- ``threads=k``: ``jra.train`` with ``AsyncConfig(actors_per_device=k, lag=1)`` (k host threads
+  of ``num_envs / k`` envs each); its SPS and the learner's busy fraction (learner compute time /
+  wall time, measured inside the run);
+- ``speedup`` = SPS(pipeline) / SPS(blocking), inside each round; ``ideal = (R+U)/max(R,U)``.
+
+The machine is shared and noisy: compare ratios from one run. One JSON line per configuration,
+and as the last line one JSON object summarising them.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=2").strip()
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+import jaxrl_async as jra  # noqa: E402
+from jaxrl_async.envs import make_host_env  # noqa: E402
+from jaxrl_async.runners import async_, host_actors  # noqa: E402
+
+THREADS = (1, 2, 4)
+
+
+def config(args: argparse.Namespace, threads: int) -> jra.PPOConfig:
+    return jra.PPOConfig(
+        env="gymnasium:CartPole-v1", num_envs=args.num_envs, num_steps=args.num_steps,
+        update_epochs=args.update_epochs, num_minibatches=args.num_minibatches,
+        hidden_sizes=tuple(args.hidden), log_every=10,
+        total_timesteps=args.num_envs * args.num_steps * args.updates,
+        runner=jra.AsyncConfig(actors_per_device=threads, lag=1))
+
+
+def cache_compiled() -> None:
+    """Compile once per thread count: every round reuses the programs."""
+    cache, compile_host_programs = {}, host_actors.compile_host_programs
+
+    def cached(cfg, algo, spec, where):
+        key = cfg.runner.num_streams
+        if key not in cache:
+            cache[key] = compile_host_programs(cfg, algo, spec, where)
+        return cache[key]
+
+    host_actors.compile_host_programs = cached
+
+
+class Blocking:
+    """The blocking loop on one thread, from the programs of the 1-thread pipeline."""
+
+    def __init__(self, cfg: jra.PPOConfig):
+        from jaxrl_async.algos import make_algorithm
+        from jaxrl_async.envs import env_spec
+
+        self.where = async_.layout(cfg, jax.local_devices())
+        spec = env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
+        self.programs = host_actors.compile_host_programs(cfg, make_algorithm(cfg, spec), spec,
+                                                          self.where)
+        state = self.programs.learner.init(jax.random.key(0))
+        self.seeds = np.asarray(state.env)
+        self.state = jax.device_put(state._replace(env=()), self.where.replicated)
+        self.actor_device = self.where.actor_devices[0]
+        self.run_key = jax.device_put(state.key, self.actor_device)
+        self.env = make_host_env(cfg.env, cfg.num_envs)
+        self.actor = host_actors.HostActor(self.env, self.programs, self.where.streams[0],
+                                           cfg.num_steps)
+        self.actor.reset(self.seeds)
+        self.params = self.to_actor(self.programs.learner.pack_params(self.state))
+        self.batch = jax.block_until_ready(self.rollout(0))
+
+    def to_actor(self, params: jax.Array) -> jax.Array:
+        return jax.block_until_ready(jax.device_put(params, self.actor_device))
+
+    def rollout(self, k: int) -> jax.Array:
+        traj, sums = self.actor.rollout(self.params, self.run_key, k, k)
+        pieces = [host_actors.pack_numpy(self.programs.piece, p)
+                  for p in host_actors.split_for_learners(traj, sums, 1)]
+        return async_.to_learner(pieces, self.where)
+
+    def rollouts(self, n: int) -> None:
+        for k in range(n):
+            jax.block_until_ready(self.rollout(k))
+
+    def updates(self, n: int) -> None:
+        state = self.state
+        for _ in range(n):
+            state = jax.block_until_ready(self.programs.learner.learner(state, (self.batch,))[0])
+
+    def loop(self, n: int) -> None:
+        state = self.state
+        for k in range(n):
+            batch = jax.block_until_ready(self.rollout(k))
+            state, _, params = jax.block_until_ready(self.programs.learner.learner(state,
+                                                                                   (batch,)))
+            self.params = self.to_actor(params)
+
+
+def per_iteration(fn, n: int) -> float:
+    start = time.perf_counter()
+    fn(n)
+    return (time.perf_counter() - start) / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--num-steps", type=int, default=64)
+    parser.add_argument("--update-epochs", type=int, default=4)
+    parser.add_argument("--num-minibatches", type=int, default=4)
+    parser.add_argument("--hidden", type=int, nargs="+", default=[64, 64])
+    parser.add_argument("--updates", type=int, default=40, help="iterations per measurement")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    cache_compiled()
+    configs = {k: config(args, k) for k in THREADS}
+    batch = args.num_envs * args.num_steps
+    n = args.updates
+
+    start = time.perf_counter()
+    blocking = Blocking(configs[1])
+    for k in THREADS[1:]:  # compile the other layouts up front
+        jra.train(dataclasses.replace(configs[k], total_timesteps=batch), progress=False)
+    compile_s = time.perf_counter() - start
+
+    rounds: dict[str, list[float]] = {"R": [], "U": [], "blocking": []}
+    runs: dict[int, list[dict]] = {k: [] for k in THREADS}
+    for _ in range(args.rounds):
+        rounds["R"].append(per_iteration(blocking.rollouts, n))
+        rounds["U"].append(per_iteration(blocking.updates, n))
+        rounds["blocking"].append(per_iteration(blocking.loop, n))
+        for k in THREADS:
+            runs[k].append(jra.train(configs[k], seed=0, progress=False).timing)
+    blocking.env.close()
+
+    R, U = float(np.median(rounds["R"])), float(np.median(rounds["U"]))
+    blocking_sps = [batch / t for t in rounds["blocking"]]
+    lines = [{"config": "blocking", "sps": float(np.median(blocking_sps)), "R": R, "U": U,
+              "T": float(np.median(rounds["blocking"])), "ideal": (R + U) / max(R, U)}]
+    for k in THREADS:
+        sps = [t["sps"] for t in runs[k]]
+        lines.append({
+            "config": f"threads={k}", "sps": float(np.median(sps)),
+            "speedup": float(np.median([a / b for a, b in zip(sps, blocking_sps)])),
+            "learner_busy": float(np.median([t["learner_busy"] for t in runs[k]])),
+            "actor_busy": float(np.median([t["actor_busy"] for t in runs[k]])),
+            "spread_sps": [round(min(sps)), round(max(sps))],
+        })
+    for line in lines:
+        print(json.dumps(line))
+    print(json.dumps({
+        "sps": {str(k): line["sps"] for k, line in zip(THREADS, lines[1:])},
+        "blocking_sps": lines[0]["sps"],
+        "speedup": {str(k): line["speedup"] for k, line in zip(THREADS, lines[1:])},
+        "learner_busy": {str(k): line["learner_busy"] for k, line in zip(THREADS, lines[1:])},
+        "R": R, "U": U, "ideal": lines[0]["ideal"], "compile_s": compile_s,
+        "config": {"env": "gymnasium:CartPole-v1", "num_envs": args.num_envs,
+                   "num_steps": args.num_steps, "update_epochs": args.update_epochs,
+                   "num_minibatches": args.num_minibatches, "hidden_sizes": args.hidden,
+                   "lag": 1},
+        "updates": n, "rounds": args.rounds, "load_avg": os.getloadavg()[0],
+        "jax": jax.__version__, "gymnasium": __import__("gymnasium").__version__,
+    }))
+
+
+if __name__ == "__main__":
+    main()

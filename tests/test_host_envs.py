@@ -1,0 +1,262 @@
+"""Host actors (``env="gymnasium:..."`` under the async runner): trajectories in the JAX rollout's
+format, determinism, failure handling, config errors, and learning CartPole.
+
+Compiled programs are shared between runs whose programs are the same (``reuse_compiled``);
+every test that starts threads has a timeout."""
+
+import dataclasses
+import json
+import multiprocessing
+import threading
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrl_async as jra
+from jaxrl_async.algos import make_algorithm
+from jaxrl_async.config import to_dict
+from jaxrl_async.envs import EnvSpec, VecEnv, env_spec, make_env, make_host_env
+from jaxrl_async.envs.wrappers import EpisodeStatistics
+from jaxrl_async.logging import final_return
+from jaxrl_async.rollout import EnvCarry, rollout
+from jaxrl_async.runners import async_, host_actors
+from jaxrl_async.runners.common import update_keys
+
+COUNTER = "jaxrl-test/Counter-v0"
+EXPLODING = "jaxrl-test/Exploding-v0"
+
+
+class Counter(gymnasium.Env):
+    """Observation ``[episode, t]`` (float64, cast to float32 by the adapter), reward ``t + 1``
+    for the step from ``t``. Even episodes are truncated after 3 steps, odd ones terminate after
+    4. With ``explode_at``, the step of that number (counted over the env's life) raises."""
+
+    observation_space = gymnasium.spaces.Box(0.0, 1e6, (2,), np.float64)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self, explode_at: int = 0):
+        self.explode_at, self.steps, self.episode, self.t = explode_at, 0, -1, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.episode, self.t = self.episode + 1, 0
+        return np.array([self.episode, 0.0]), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.explode_at:
+            raise RuntimeError(f"env exploded at step {self.steps}")
+        self.t += 1
+        odd = self.episode % 2 == 1
+        terminated, truncated = odd and self.t == 4, not odd and self.t == 3
+        obs = np.array([self.episode, self.t], np.float64)
+        return obs, float(self.t), terminated, truncated, {}
+
+
+gymnasium.register(COUNTER, entry_point=Counter)
+gymnasium.register(EXPLODING, entry_point=Counter, kwargs={"explode_at": 25})
+
+
+class JaxCounter(VecEnv):
+    """The same env as ``Counter``, as a JAX ``VecEnv`` (what ``rollout.rollout`` steps)."""
+
+    def __init__(self):
+        self.spec = env_spec(f"gymnasium:{COUNTER}")
+
+    def reset(self, keys):
+        zeros = jnp.zeros(keys.shape[0], jnp.int32)
+        return jnp.zeros((keys.shape[0], 2)), (zeros, zeros)
+
+    def step(self, keys, state, action):
+        episode, t = state[0], state[1] + 1
+        odd = episode % 2 == 1
+        terminated, truncated = odd & (t == 4), ~odd & (t == 3)
+        done = terminated | truncated
+        final = jnp.stack([episode, t], -1).astype(jnp.float32)
+        episode, t = jnp.where(done, episode + 1, episode), jnp.where(done, 0, t)
+        obs = jnp.stack([episode, t], -1).astype(jnp.float32)
+        info = {"final_observation": final}
+        return obs, (episode, t), final[:, 1], terminated, truncated, info
+
+
+SMALL = dict(num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2,
+             total_timesteps=4 * 16 * 6, log_every=2)
+
+
+def ppo(env: str, runner: dict | None = None, **kw) -> jra.PPOConfig:
+    return jra.PPOConfig(env=f"gymnasium:{env}", **{**SMALL, **kw},
+                         runner=jra.AsyncConfig(**(runner or {})))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def reuse_compiled():
+    """Compile once per program in this module: the programs depend on the env only through its
+    spec, and on the runner only through where the actors and learners are."""
+    cache, compile_host_programs = {}, host_actors.compile_host_programs
+
+    def cached(cfg, algo, spec, where):
+        fields = {k: v for k, v in to_dict(cfg).items() if k not in ("env", "runner")}
+        key = (json.dumps(fields, sort_keys=True), dataclasses.replace(spec, env_id=""),
+               cfg.runner.num_streams, tuple(where.actor_devices), tuple(where.learner_devices))
+        if key not in cache:
+            cache[key] = compile_host_programs(cfg, algo, spec, where)
+        return cache[key]
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(host_actors, "compile_host_programs", cached)
+    yield
+    patch.undo()
+
+
+def runner_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(async_.THREAD_PREFIX)]
+
+
+# --------------------------------------------------------------------------- trajectories
+@pytest.mark.timeout(120)
+def test_a_host_rollout_is_the_jax_rollout_of_the_same_env(devices):
+    # Stream 1 of 2 (global env ids 2, 3), two learner devices: the trajectory, episode sums
+    # and acting keys are those of rollout.rollout on the same env in JAX, truncation included.
+    cfg = ppo(COUNTER, dict(actors_per_device=2, learner_devices=2), num_steps=12)
+    where = async_.layout(cfg, devices[:3])
+    spec = env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
+    algo = make_algorithm(cfg, spec)
+    programs = host_actors.compile_host_programs(cfg, algo, spec, where)
+    state = jax.device_put(programs.learner.init(jax.random.key(1))._replace(env=()),
+                           where.replicated)
+    params = jax.device_put(programs.learner.pack_params(state), where.actor_devices[0])
+    stream, update, version = where.streams[1], 5, 7
+    run_key = jax.device_put(state.key, stream.device)
+
+    env = make_host_env(cfg.env, 2)
+    try:
+        actor = host_actors.HostActor(env, programs, stream, cfg.num_steps)
+        actor.reset([11, 12])
+        traj, sums = actor.rollout(params, run_key, update, version)
+    finally:
+        env.close()
+
+    jax_env = EpisodeStatistics(JaxCounter())
+    obs, env_state = jax_env.reset(jnp.zeros((2,)))
+    carry = EnvCarry(env_state, obs, jnp.ones(2, bool))
+    rollout_key, _ = update_keys(run_key, update)
+    policy = algo.policy_params(jax.device_get(state.learner))
+    _, expected, expected_sums = rollout(jax_env, algo, policy, carry, rollout_key,
+                                         cfg.num_steps, stream.env_id, version)
+
+    assert traj.obs.dtype == np.float32 and traj.obs.shape == (12, 2, 2)
+    for name, x, y in zip(traj._fields, traj, expected):
+        for a, b in zip(jax.tree.leaves(x), jax.tree.leaves(y), strict=True):
+            assert np.asarray(a).dtype == b.dtype, name
+            np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
+                                       rtol=1e-5, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(sums, expected_sums)
+    # The env's episodes: truncated at t=2 and 9, terminated at t=6; next_obs there is the
+    # final observation, the next obs the first of the next episode.
+    np.testing.assert_array_equal(traj.truncated[:, 0].nonzero()[0], [2, 9])
+    np.testing.assert_array_equal(traj.terminated[:, 0].nonzero()[0], [6])
+    np.testing.assert_array_equal(traj.next_obs[[2, 6, 9], 0], [[0, 3], [1, 4], [2, 3]])
+    np.testing.assert_array_equal(traj.obs[[3, 7, 10], 0], [[1, 0], [2, 0], [3, 0]])
+    np.testing.assert_array_equal(traj.env_id, np.broadcast_to([2, 3], (12, 2)))
+    np.testing.assert_array_equal(traj.policy_version, np.full((12, 2), 7))
+    # Three episodes per env ended: returns 6, 10, 6; lengths 3, 4, 3.
+    np.testing.assert_array_equal(sums, [44.0, 20.0, 6.0])
+
+    # The numpy packing is Packing.pack bit for bit.
+    piece = host_actors.split_for_learners(traj, sums, 2)[1]
+    host = host_actors.pack_numpy(programs.piece, piece)
+    np.testing.assert_array_equal(host, jax.jit(programs.piece.pack)(piece))
+    back = host_actors.unpack_numpy(programs.piece, host)
+    for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(piece), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.timeout(300)
+def test_a_seed_reproduces_a_run_whatever_the_vectorization():
+    # 2 streams of 2 envs, lag 1: deterministic mode is a lock-step schedule, the envs are
+    # seeded per env id, so two runs agree bit for bit, gymnasium's 'async' vector env too.
+    one, two, in_processes = (
+        async_.run(ppo("CartPole-v1", dict(actors_per_device=2, host_vectorization=mode)),
+                   jax.random.key(4), devices=jax.local_devices()[:2])
+        for mode in ("sync", "sync", "async"))
+    for other in (two, in_processes):
+        for x, y in zip(jax.tree.leaves(one.params), jax.tree.leaves(other.params), strict=True):
+            np.testing.assert_array_equal(x, y)
+        np.testing.assert_array_equal(one.metrics["episode_return"],
+                                      other.metrics["episode_return"])
+    np.testing.assert_array_equal(one.metrics["staleness"], [0, 1, 1, 1, 1, 1])
+    assert one.timing["env_steps_collected"] == 6 * 4 * 16
+    assert one.state.env.shape == (4,) and one.state.env.dtype == jnp.uint32  # the env seeds
+    assert runner_threads() == [] and multiprocessing.active_children() == []
+
+
+# --------------------------------------------------------------------------- failure
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_env_that_raises_reaches_the_caller(mode):
+    cfg = ppo(EXPLODING, dict(actors_per_device=2, host_vectorization=mode),
+              total_timesteps=4 * 16 * 50)
+    threads_before = set(threading.enumerate())
+    with pytest.raises(RuntimeError, match="env exploded at step 25"):
+        async_.run(cfg, jax.random.key(0), devices=jax.local_devices()[:2])
+    assert runner_threads() == [] and set(threading.enumerate()) <= threads_before
+    assert multiprocessing.active_children() == []  # the 'async' env workers are gone
+
+
+# --------------------------------------------------------------------------- config
+def test_a_missing_package_is_named():
+    try:
+        import envpool  # noqa: F401
+        pytest.skip("envpool is installed")
+    except ImportError:
+        pass
+    with pytest.raises(ValueError, match=r"PPOConfig.env: .*'envpool'.*pip install envpool"):
+        jra.PPOConfig(env="envpool:CartPole-v1", runner=jra.AsyncConfig())
+    with pytest.raises(ValueError, match="pip install envpool"):
+        make_host_env("envpool:CartPole-v1", 2)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: jra.PPOConfig(env="gymnasium:NoSuchEnv-v0", runner=jra.AsyncConfig()),
+     r"PPOConfig.env: unknown gymnasium id 'NoSuchEnv-v0'"),
+    (lambda: jra.PPOConfig(env="gymnasium:CartPole-v1"), r"PPOConfig.runner must be AsyncConfig"),
+    (lambda: jra.ImpalaConfig(env="gymnasium:CartPole-v1", runner=jra.SyncConfig()),
+     r"ImpalaConfig.runner must be AsyncConfig"),
+    (lambda: jra.PPOConfig(env="gymnasium:CartPole-v1", runner=jra.AsyncConfig(),
+                           normalize_obs=True),
+     r"PPOConfig.normalize_obs is not supported for the host env"),
+    (lambda: jra.AsyncConfig(host_vectorization="threads"),
+     r"AsyncConfig.host_vectorization must be one of"),
+], ids=["unknown-id", "default-runner", "sync-runner", "normalize-obs", "vectorization"])
+def test_bad_host_env_configs_name_the_field(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_host_env_spec_and_the_jax_only_paths():
+    assert env_spec("gymnasium:CartPole-v1") == EnvSpec(
+        env_id="gymnasium:CartPole-v1", obs_shape=(4,), obs_dtype=np.dtype(np.float32),
+        discrete=True, num_actions=2, max_episode_steps=500)
+    with pytest.raises(ValueError, match="is a host env"):
+        make_env("gymnasium:CartPole-v1")
+    with pytest.raises(ValueError, match="cannot be resumed"):
+        host_actors.run(ppo("CartPole-v1"), jax.random.key(0), state=object())
+
+
+# --------------------------------------------------------------------------- learning
+@pytest.mark.timeout(300)
+def test_ppo_learns_gymnasium_cartpole_through_host_actors():
+    # Budget: 5e5 env steps of gymnasium's CartPole-v1 with PureJaxRL's PPO settings (4 envs x
+    # 128 steps, lr 2.5e-4 annealed, 4 epochs x 4 minibatches), one actor thread, lag 1: about
+    # 45 s on 2 shared cores (final return 482; 2 threads of 2 envs give the same run, slower).
+    cfg = jra.PPOConfig(env="gymnasium:CartPole-v1", total_timesteps=500_000,
+                        runner=jra.AsyncConfig(lag=1))
+    out = jra.train(cfg, seed=0, progress=False)
+    returns = out.metrics["episode_return"]
+    assert np.nanmean(returns[:3]) < 100
+    assert final_return(out.metrics) >= 450, returns[-20:]
+    assert np.all(out.metrics["staleness"][1:] == 1)
+    assert out.timing["env_steps_collected"] == cfg.num_updates * cfg.steps_per_update

@@ -517,18 +517,20 @@ def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run
     that ends a log chunk it keeps a copy of its env carry in ``snapshots[stream]``, keyed by
     the rollouts done (the env part of the run state handed to ``on_state``)."""
     for update, ticket, version, params in schedule(cfg, stream, first, pipeline):
+        jax.block_until_ready(params)  # published as soon as dispatched: wait here, not in XLA
         start = time.perf_counter()
         carry, pieces = program(params, carry, run_key, np.int32(update), stream.env_id,
                                 np.int32(version))
+        carries[stream.index] = carry
+        if chunk_ends(cfg, first, update + 1):  # kept before the learner can end the chunk
+            pipeline.keep_snapshot(snapshots[stream.index], update + 1,
+                                   jax.tree.map(jnp.copy, carry), cfg.runner.deterministic)
+        # Handed over (and its copy to the learner devices queued) before it is computed: the
+        # learner waits for the data in XLA's runtime, not for this thread to wake up.
+        pipeline.deliver(ticket, Batch(to_learner(pieces, where), version))
         jax.block_until_ready((carry, pieces))
         stats.busy_s += time.perf_counter() - start
         stats.rollouts += 1
-        carries[stream.index] = carry
-        if chunk_ends(cfg, first, update + 1):
-            pipeline.keep_snapshot(snapshots[stream.index], update + 1,
-                                   jax.tree.map(jnp.copy, carry), cfg.runner.deterministic)
-        # Copied to the learner devices here, right away, so the copy overlaps the update.
-        pipeline.deliver(ticket, Batch(to_learner(pieces, where), version))
 
 
 def chunk_ends(cfg: Any, first: int, done: int) -> bool:
@@ -574,13 +576,15 @@ def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, wher
                 dropped += 1
                 continue
             batches.append(batch)
-        start = time.perf_counter()
-        state, metrics, params = programs.learner(state, tuple(b.data for b in batches))
+        data = jax.block_until_ready(tuple(b.data for b in batches))  # busy time: computing only
         del batches
+        start = time.perf_counter()
+        state, metrics, params = programs.learner(state, data)
+        del data
+        if update + 1 < cfg.num_updates and publishes(runner, update + 1):
+            publish(params, where, pipeline, update + 1)  # before it is computed (see actor_loop)
         jax.block_until_ready((state, params))
         stats.busy_s += time.perf_counter() - start
-        if update + 1 < cfg.num_updates and publishes(runner, update + 1):
-            publish(params, where, pipeline, update + 1)
         versions[update + 1] = params
         oldest = acting_version(runner, update + 1) if runner.deterministic else update + 1
         for old in [v for v in versions if v < oldest]:
@@ -600,10 +604,11 @@ def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, wher
 
 
 def publish(params: jax.Array, where: Layout, pipeline: Pipeline, version: int) -> None:
-    """Copy the (packed) policy params to every actor device, ready, and publish them."""
+    """Queue copies of the (packed) policy params to every actor device and publish them, not
+    waiting for them to be computed: an actor blocks on them in its own thread before acting
+    (never inside XLA), and wakes as soon as they are ready, not when this thread gets there."""
     copies = jax.device_put([local_copy(params)] * len(where.actor_devices),
                             list(where.actor_devices))
-    jax.block_until_ready(copies)  # an actor must never wait on params inside XLA
     pipeline.publish(version, copies)
 
 

@@ -273,6 +273,7 @@ def host_actor_loop(cfg: Any, actor: HostActor, seeds: np.ndarray, run_key: jax.
     """One host actor stream: reset its envs, then rollouts as ``async_.schedule`` says."""
     actor.reset(seeds)
     for update, ticket, version, params in async_.schedule(cfg, actor.stream, 0, pipeline):
+        jax.block_until_ready(params)  # published as soon as dispatched: wait here, not in XLA
         start = time.perf_counter()
         traj, sums = actor.rollout(params, run_key, update, version)
         pieces = [pack_numpy(piece, p)

@@ -79,3 +79,19 @@ def test_hyperparameters_are_leaves_and_shapes_are_static():
     assert doubled.lr == cfg.lr * 2 and doubled.num_envs == cfg.num_envs
     other = jra.PPOConfig(num_envs=8)
     assert jax.tree.structure(other) != treedef  # static fields are part of the structure
+
+
+def test_grad_accum_steps_is_checked_where_gradients_accumulate_and_refused_elsewhere():
+    with pytest.raises(ValueError, match=r"ImpalaConfig.grad_accum_steps must be 1 for "
+                                         r"ImpalaConfig \(gradients are accumulated by"):
+        jra.ImpalaConfig(grad_accum_steps=2)
+    with pytest.raises(ValueError, match="DQNConfig.grad_accum_steps must be 1"):
+        jra.DQNConfig(grad_accum_steps=2)
+    # recurrent PPO splits minibatches of chunks: 16 steps / bptt 4 / 2 minibatches = 2 chunks
+    with pytest.raises(ValueError, match=r"RecurrentPPOConfig.grad_accum_steps must divide "
+                                         r"the chunks per minibatch = 2"):
+        jra.RecurrentPPOConfig(num_steps=16, bptt_length=4, num_minibatches=2,
+                               grad_accum_steps=4)
+    with pytest.raises(ValueError, match="PQNConfig.grad_accum_steps must divide the steps"):
+        jra.PQNConfig(num_steps=64, num_minibatches=16, grad_accum_steps=3)
+    assert jra.PQNConfig(num_steps=64, num_minibatches=16, grad_accum_steps=4).grad_accum_steps

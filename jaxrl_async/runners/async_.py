@@ -16,22 +16,28 @@ This module is the one place devices are split into roles and the one place with
   0 the sync runner. Free-running mode hands tickets out as actors ask, at most ``queue_size``
   not yet taken; actors act with the newest params, and a batch staler than ``max_staleness``
   is dropped or, with ``stale_policy="correct"``, never collected (the actor waits).
-- **Params.** After every ``sync_every`` updates the learner blocks on the new params, copies
-  them to each actor device and publishes them with their version (= updates done);
-  every trajectory carries the version that produced it (``Trajectory.policy_version``).
+- **Params.** After every ``sync_every`` updates the learner queues copies of the new params to
+  each actor device and publishes them with their version (= updates done) as soon as the
+  update is dispatched; every trajectory carries the version that produced it
+  (``Trajectory.policy_version``). Rollouts are handed over as soon as they are dispatched too:
+  each thread waits for its inputs with ``block_until_ready`` in its own thread (never inside
+  XLA), so a wait ends when the data exists, not when the other thread gets around to it.
 - **Host side.** Device-to-device copies only (a trajectory is split per learner device inside
   the rollout program, so no resharding op has to queue behind the next rollout on the actor
   device); metrics leave the learner as device arrays and are fetched, every ``log_every``
-  updates, by the calling thread, which also runs the callbacks; no host sync in the loop
-  besides the params hand-over.
+  updates, by the calling thread, which also runs the callbacks and hands them the run state
+  (the learner's, and the env carries the actors copied at the chunk's end).
+- **Processes.** In a multi-process run (``jra.distributed``) each process runs its own actors
+  on its share of the envs; the learner's mesh spans every process's learner devices.
 - **Shutdown.** Any exception in any thread stops the pipeline; every thread is joined and the
-  exception re-raised in the caller with its traceback; Ctrl-C stops the same way.
+  exception re-raised in the caller with its traceback; Ctrl-C finishes the chunk in flight,
+  hands its state to ``on_state(final=True)`` and raises ``TrainingInterrupted``.
 
 One thread per stream (and one for the learner) was measured against one thread dispatching
-both programs in the same lag-1 schedule (``experiments/bench_async.py``): as fast within the
-noise on the 2-core CPU (DESIGN.md saw threads ahead, 1.70x against 1.44x, on smaller programs,
-which XLA:CPU partly runs inside the dispatching call). Threads are kept: free-running actors
-and several streams need them anyway.
+both programs in the same lag-1 schedule (``experiments/bench_async.py``): within the noise of
+each other on the 2-core CPU since the hand-over at dispatch (before it, threads were 23%
+slower on an idle machine). Threads are kept: free-running actors, several streams and host
+envs need them anyway.
 """
 
 from __future__ import annotations

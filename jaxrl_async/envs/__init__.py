@@ -57,6 +57,10 @@ def check_env_id(env_id: str) -> None:
     naming the missing package or the unknown id)."""
     if is_host_env(env_id):
         return check_host_env_id(env_id)
+    import gymnax
+
+    if env_id in gymnax.registered_envs:  # without importing brax (seconds) for a gymnax id
+        return
     known = known_env_ids()
     if env_id not in known:
         hint = ""

@@ -254,6 +254,7 @@ def cmd_train(argv: list[str]) -> int:
     args = train_parser(_algo_of(argv)).parse_args(argv)
     from jaxrl_async import logging as sinks
     from jaxrl_async.checkpoint import CheckpointError
+    from jaxrl_async.distributed import is_main_process
     from jaxrl_async.evaluate import evaluate
     from jaxrl_async.runners.common import TrainingInterrupted
     from jaxrl_async.train import default_run_dir, load_config, summary, train
@@ -291,17 +292,11 @@ def cmd_train(argv: list[str]) -> int:
     if args.eval_episodes > 0:
         evaluation = evaluate(result, cfg, args.eval_episodes, greedy=True, seed=args.seed)
         _print_eval(evaluation)
-        if jax_process_index() == 0:  # only the main process writes
+        if is_main_process():  # only the main process writes
             sinks.write_json(run_dir / "eval.json", _eval_record(evaluation))
-    if jax_process_index() == 0:
+    if is_main_process():
         print(f"  run directory: {run_dir}")
     return 0
-
-
-def jax_process_index() -> int:
-    import jax
-
-    return jax.process_index()
 
 
 def _parse_values(cfg: Any, name: str, text: str) -> list[Any]:

@@ -33,6 +33,13 @@ def env_keys(key: jax.Array, env_id: jax.Array) -> jax.Array:
     return jax.vmap(jax.random.fold_in, (None, 0))(key, env_id)
 
 
+def step_keys(key: jax.Array, num_steps: int, env_id: jax.Array) -> jax.Array:
+    """``[T, B, 2]`` keys of a rollout: (act key, env key) of every step of every env, drawn in
+    one vectorised call (also what host actors act with, ``runners.host_actors``)."""
+    keys = jax.vmap(lambda t: env_keys(jax.random.fold_in(key, t), env_id))(jnp.arange(num_steps))
+    return jax.vmap(jax.vmap(jax.random.split))(keys)
+
+
 def reset(env: VecEnv, algo: Algorithm, key: jax.Array, env_id: jax.Array) -> EnvCarry:
     """Reset the envs ``env_id [B]`` (and the policy's memory, for a recurrent algorithm)."""
     obs, env_state = env.reset(env_keys(key, env_id))
@@ -61,11 +68,6 @@ def rollout(
     """
     recurrent = algo.init_memory is not None
     act_batch = jax.vmap(algo.act, in_axes=(None, 0, 0, 0, 0) if recurrent else (None, 0, 0))
-    # All keys of the rollout in one vectorised call: [T, B, 2] (act key, env key).
-    step_keys = jax.vmap(lambda t: env_keys(jax.random.fold_in(key, t), env_id))(
-        jnp.arange(num_steps)
-    )
-    step_keys = jax.vmap(jax.vmap(jax.random.split))(step_keys)
 
     def step(carry: tuple[EnvCarry, EpisodeSums], keys: jax.Array):
         (env_state, obs, first, memory), sums = carry
@@ -88,7 +90,8 @@ def rollout(
         return (next_carry, sums), transition
 
     zero = jnp.zeros((), jnp.float32)
-    (carry, sums), steps = jax.lax.scan(step, (carry, EpisodeSums(zero, zero, zero)), step_keys)
+    (carry, sums), steps = jax.lax.scan(step, (carry, EpisodeSums(zero, zero, zero)),
+                                        step_keys(key, num_steps, env_id))
     obs, action, reward, terminated, truncated, next_obs, extras = steps
     time_batch = reward.shape  # [T, B]
     traj = Trajectory(

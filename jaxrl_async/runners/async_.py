@@ -249,6 +249,16 @@ def to_learner(pieces: Sequence[jax.Array], where: Layout) -> jax.Array:
     return jax.make_array_from_single_device_arrays((size,), where.batch_sharding, placed)
 
 
+def split_for_learners(traj: Any, sums: Any, num_learners: int) -> list[tuple]:
+    """A stream's rollout as one ``(trajectory slice, episode sums)`` per learner device of
+    this process: the envs in equal slices; the stream's sums with the first piece and zeros
+    with the others (the learner sums them over devices). Arrays of jax or numpy (host actors)."""
+    width = traj.reward.shape[1] // num_learners
+    nothing = jax.tree.map(lambda x: x * 0, sums)
+    return [(jax.tree.map(lambda x, i=i: x[:, i * width:(i + 1) * width], traj),
+             sums if i == 0 else nothing) for i in range(num_learners)]
+
+
 def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Programs:
     """Compile the init, the rollout for every actor device and the update for the learner
     devices, from shapes alone."""
@@ -265,11 +275,7 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
     def rollout(params, carry, run_key, update, env_id, version):
         carry, traj, sums = collect(env, algo, params_packing.unpack(params), carry, run_key,
                                     update, cfg.num_steps, env_id, version)
-        width = traj.reward.shape[1] // num_learners
-        nothing = jax.tree.map(jnp.zeros_like, sums)  # the stream's sums go with piece 0 only
-        pieces = [(jax.tree.map(lambda x, i=i: x[:, i * width:(i + 1) * width], traj),
-                   sums if i == 0 else nothing) for i in range(num_learners)]
-        return carry, pieces
+        return carry, split_for_learners(traj, sums, num_learners)
 
     def actor_args(device: Any) -> tuple:
         carry = jax.tree.map(lambda x: jax.ShapeDtypeStruct((per_stream, *x.shape[1:]), x.dtype),

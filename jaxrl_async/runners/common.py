@@ -154,13 +154,19 @@ def learn_update(
     return state, metrics
 
 
-def init_state(env: VecEnv, algo: Algorithm, key: jax.Array, env_id: jax.Array) -> RunState:
+def init_state(env: VecEnv | None, algo: Algorithm, key: jax.Array, env_id: jax.Array,
+               reset_envs: Callable[[jax.Array, jax.Array], Any] | None = None) -> RunState:
     """A fresh run: learner init (``PerEnv`` parts copied for each env of ``env_id``) and env
-    reset of the envs ``env_id``."""
+    reset of the envs ``env_id`` (by ``reset_envs(reset_key, env_id)`` when given: host envs
+    keep their reset seeds there)."""
     init_key, reset_key, run_key = jax.random.split(key, 3)
+    if reset_envs is None:
+        env_carry = reset(env, algo, reset_key, env_id)
+    else:
+        env_carry = reset_envs(reset_key, env_id)
     return RunState(
         learner=with_env_axis(algo.init(init_key), env_id.shape[0]),
-        env=reset(env, algo, reset_key, env_id),
+        env=env_carry,
         key=run_key,
         update=jnp.zeros((), jnp.int32),
         last_episode=jnp.full((2,), jnp.nan, jnp.float32),

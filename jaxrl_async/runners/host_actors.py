@@ -42,14 +42,23 @@ from jax.sharding import SingleDeviceSharding
 from jaxrl_async.algos import Algorithm, Trajectory, make_algorithm
 from jaxrl_async.envs import EnvSpec
 from jaxrl_async.envs.host import HostVecEnv, host_env_spec, make_host_env
-from jaxrl_async.rollout import EpisodeSums, env_keys
+from jaxrl_async.rollout import EpisodeSums, env_keys, step_keys
 from jaxrl_async.runners import async_
-from jaxrl_async.runners.async_ import Layout, Packing, Pipeline, Programs, RoleStats, Stream
+from jaxrl_async.runners.async_ import (
+    Layout,
+    Packing,
+    Pipeline,
+    Programs,
+    RoleStats,
+    Stream,
+    split_for_learners,
+)
 from jaxrl_async.runners.common import (
     Callbacks,
     RunState,
     TrainingInterrupted,
     TrainResult,
+    init_state,
     update_keys,
 )
 
@@ -79,27 +88,12 @@ def env_seeds(key: jax.Array, env_id: jax.Array) -> jax.Array:
     return jax.vmap(lambda k: jax.random.bits(k, (), jnp.uint32))(env_keys(key, env_id))
 
 
-def init_host_state(algo: Algorithm, key: jax.Array, num_envs: int) -> RunState:
-    """A fresh run: as ``common.init_state`` (same key split, same params), with the envs'
-    reset seeds in place of their states."""
-    init_key, reset_key, run_key = jax.random.split(key, 3)
-    return RunState(
-        learner=algo.init(init_key),
-        env=env_seeds(reset_key, jnp.arange(num_envs, dtype=jnp.int32)),
-        key=run_key,
-        update=jnp.zeros((), jnp.int32),
-        last_episode=jnp.full((2,), jnp.nan, jnp.float32),
-    )
-
-
 def act_keys(run_key: jax.Array, update: jax.Array, num_steps: int,
              env_id: jax.Array) -> jax.Array:
     """``[T, B, 2] uint32``: the key data of the act keys ``rollout.rollout`` draws at every
     step of rollout ``update`` for the envs ``env_id [B]``."""
     rollout_key, _ = update_keys(run_key, update)
-    keys = jax.vmap(lambda t: env_keys(jax.random.fold_in(rollout_key, t), env_id))(
-        jnp.arange(num_steps))
-    return jax.random.key_data(jax.vmap(jax.vmap(jax.random.split))(keys)[:, :, 0])
+    return jax.random.key_data(step_keys(rollout_key, num_steps, env_id)[:, :, 0])
 
 
 def policy_step(algo: Algorithm, params: Any, obs: jax.Array,
@@ -135,8 +129,9 @@ def compile_host_programs(cfg: Any, algo: Algorithm, spec: EnvSpec, where: Layou
                          "only (this algorithm's policy is recurrent)")
     per_stream = where.per_stream
 
-    def init(key: jax.Array) -> RunState:
-        return init_host_state(algo, key, cfg.num_envs)
+    def init(key: jax.Array) -> RunState:  # RunState.env: the envs' reset seeds
+        return init_state(None, algo, key, jnp.arange(cfg.num_envs, dtype=jnp.int32),
+                          reset_envs=env_seeds)
 
     run_state = jax.eval_shape(init, jax.random.key(0))
     params_packing = Packing.of(algo.policy_params(run_state.learner))
@@ -257,15 +252,6 @@ class HostActor:
                           env_id=np.broadcast_to(self.env_id.astype(np.int32), time_batch),
                           policy_version=np.full(time_batch, version, np.int32))
         return traj, EpisodeSums(*sums.astype(np.float32))
-
-
-def split_for_learners(traj: Trajectory, sums: EpisodeSums, num_learners: int) -> list[tuple]:
-    """One ``(trajectory slice, sums)`` per learner device, the envs split in equal slices (the
-    episode sums go with the first piece, zeros with the others, as the JAX-env actors do)."""
-    width = traj.reward.shape[1] // num_learners
-    nothing = EpisodeSums(*np.zeros(3, np.float32))
-    return [(jax.tree.map(lambda x, i=i: x[:, i * width:(i + 1) * width], traj),
-             sums if i == 0 else nothing) for i in range(num_learners)]
 
 
 def host_actor_loop(cfg: Any, actor: HostActor, seeds: np.ndarray, run_key: jax.Array,

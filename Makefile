@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUNNER ?= sync
 ARGS ?=
 
-.PHONY: setup train test bench bench-sweep lint clean
+.PHONY: setup train test bench bench-sweep docs lint clean
 
 setup: $(STAMP)
 
@@ -32,6 +32,10 @@ bench: $(STAMP)
 
 bench-sweep: $(STAMP)
 	$(PY) experiments/bench_sweep.py
+
+# docs/cli.md is generated from the CLI's parsers and the configs (tests/test_docs.py checks it).
+docs: $(STAMP)
+	$(PY) experiments/gen_cli_docs.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -3,7 +3,7 @@ against the sync runner data-parallel over the same 2 devices.
 
     python experiments/bench_async.py [--num-envs 16 --num-steps 640 --updates 100 --rounds 5]
 
-Figures (the words of DESIGN.md "Measuring it"), seconds per iteration, warm:
+Figures (the words defined in docs/results.md), seconds per iteration, warm:
 
 - ``R``, ``U``: the rollout alone, the update alone, each blocked until ready;
 - ``T_sync``: the blocking loop on the same devices (rollout, wait, update, wait, params copy);
@@ -12,7 +12,7 @@ Figures (the words of DESIGN.md "Measuring it"), seconds per iteration, warm:
 - ``T_async_free``: the same, free-running (``deterministic=False``, ``queue_size=2``,
   ``max_staleness=2``, ``stale_policy="correct"``): a little slack absorbs timing noise;
 - ``T_async_one_thread``: the same lag-1 schedule dispatched by one thread, no pipeline
-  threads (the other arrangement DESIGN.md asks to measure);
+  threads (the other way to arrange the same schedule);
 - ``T_parallel``: rollouts and updates in two threads exchanging nothing: what the machine
   allows in parallel right now, so ``pipeline_overhead = T_async / T_parallel - 1`` is the
   pipeline's own cost (on a loaded machine T_parallel, not the pipeline, sets the limit);
@@ -56,7 +56,7 @@ def per_iteration(fn, n: int) -> float:
 
 
 def figures(t: dict) -> dict:
-    """The ratios of DESIGN.md "Measuring it" from times (floats, or arrays of rounds)."""
+    """The ratios defined in docs/results.md from times (floats, or arrays of rounds)."""
     R, U, t_async = t["R"], t["U"], t["T_async"]
     return {
         "speedup": t["T_sync"] / t_async,

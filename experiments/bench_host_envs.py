@@ -7,7 +7,7 @@
 (``--update-epochs 20``, the default, makes the update take about as long as the host
 rollout; the saved runs are in ``results/bench_host_envs.jsonl``.)
 
-Figures (the words of DESIGN.md "Measuring it"), per configuration, medians over ``--rounds``:
+Figures (the words defined in docs/results.md), per configuration, medians over ``--rounds``:
 
 - ``R``, ``U``: seconds per iteration of the host rollout alone (one thread stepping all the
   envs, acting, packing, copying to the learner) and of the update alone;

@@ -106,7 +106,7 @@ def train_parser(algo: str) -> argparse.ArgumentParser:
                         help="show a progress bar (default: on)")
     multi = parser.add_argument_group(
         "multi-process (multi-host) runs: one command per process, see "
-        "experiments/launch_multihost.md")
+        "docs/scaling.md")
     multi.add_argument("--distributed", action="store_true",
                        help="join a multi-process run (jax.distributed) before anything else; "
                             "missing values come from JAX_COORDINATOR_ADDRESS, "

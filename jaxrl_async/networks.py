@@ -105,7 +105,7 @@ def orthogonal(scale: float = math.sqrt(2)) -> Callable:
 
     flax computes ``Q`` with a LAPACK QR. Under ``vmap`` (many seeds or configs) that becomes a
     *batched* LAPACK call, which deadlocks XLA:CPU (jaxlib 0.10.2) when two executions reach it at
-    once (sweeps over devices, the async runner's actor and learner); see DESIGN.md. Gram-Schmidt
+    once (sweeps over devices, the async runner's actor and learner; docs/design.md). Gram-Schmidt
     is plain vectorisable arithmetic: no LAPACK, no deadlock. ``init_params`` goes further and
     draws every such kernel of a network in one call.
     """
@@ -139,8 +139,8 @@ def _set(tree: dict, path: tuple, value: Any) -> None:
 def init_params(module: nn.Module, key: jax.Array, *example_inputs: Any) -> Any:
     """``module.init`` with every ``orthogonal`` kernel drawn at once: one normal draw and one
     batched Gram-Schmidt for the whole network instead of a draw per layer. The result has the
-    same distribution as flax's orthogonal init and compiles about 1.5 s faster (XLA:CPU spends
-    much of a small program's compile time on random draws)."""
+    same distribution as flax's orthogonal init and compiles faster (XLA:CPU spends much of a
+    small program's compile time on random draws; figures in docs/results.md)."""
     init_key, draw_key = jax.random.split(key)
     _Recorder.calls = []
     try:
@@ -157,7 +157,7 @@ def init_params(module: nn.Module, key: jax.Array, *example_inputs: Any) -> Any:
     dims = [(math.prod(shape[:-1]), shape[-1]) for shape, _ in calls]  # (rows, cols)
     n = max(max(r, c) for r, c in dims)
     m = max(min(r, c) for r, c in dims)
-    # (Philox would compile ~0.4 s faster here but fails to lower under shard_map in JAX 0.10.2,
+    # (Philox would compile faster here but fails to lower under shard_map in JAX 0.10.2,
     # and "rbg" gives different numbers under vmap: threefry keeps vmap == one-by-one.)
     draw = jax.random.normal(draw_key, (len(calls), n, m))
     mask = jnp.stack([(jnp.arange(n)[:, None] < max(r, c)) & (jnp.arange(m)[None] < min(r, c))
@@ -208,8 +208,8 @@ class MinAtarCNN(nn.Module):
 class ActorCritic(nn.Module):
     """Separate actor and critic torsos; a categorical or diagonal-Gaussian policy head.
 
-    (Stacking the two torsos with ``nn.vmap`` into batched matmuls was measured: 30% slower on
-    XLA:CPU, which runs plain matmuls through its fast path and batched ones through a loop.)
+    (Not stacked with ``nn.vmap`` into batched matmuls: XLA:CPU runs plain matmuls through its
+    fast path and batched ones through a loop; see docs/results.md.)
     """
 
     discrete: bool

@@ -2,7 +2,7 @@
 mode, bounds memory and staleness when free-running, learns, fails and stops cleanly.
 
 Compiled programs are shared between runs of the same config (``reuse_compiled``); every
-concurrency test has a timeout (see DESIGN.md on the XLA:CPU deadlock)."""
+concurrency test has a timeout (a hang, like the XLA:CPU batched-QR deadlock, fails fast)."""
 
 import _thread
 import dataclasses

@@ -59,7 +59,7 @@ def test_init_params_gives_scaled_orthogonal_kernels(torso, obs):
 
 @pytest.mark.timeout(120)
 def test_vmapped_orthogonal_init_in_two_threads_does_not_deadlock():
-    """Regression for the XLA:CPU batched-QR deadlock (DESIGN.md): this exact program with
+    """Regression for the XLA:CPU batched-QR deadlock (docs/design.md): this exact program with
     flax's ``nn.initializers.orthogonal()`` hangs jaxlib 0.10.2 (checked by hand: both threads
     still alive after 20 s). Ours has no LAPACK call."""
     init = orthogonal()

@@ -287,7 +287,9 @@ def cmd_train(argv: list[str]) -> int:
           f"{s['total_timesteps']:,} steps")
     print(f"  final return (mean of last 10 updates): {s['final_return']:.1f}")
     if s["sps"] is not None:
-        print(f"  SPS: {s['sps']:,.0f}   compile: {s['compile_s']:.1f} s   "
+        collected = ("" if s["sps_collected"] is None
+                     else f" (collected: {s['sps_collected']:,.0f})")
+        print(f"  SPS: {s['sps']:,.0f}{collected}   compile: {s['compile_s']:.1f} s   "
               f"train: {s['train_s']:.1f} s")
     if args.eval_episodes > 0:
         evaluation = evaluate(result, cfg, args.eval_episodes, greedy=True, seed=args.seed)

@@ -97,11 +97,11 @@ def _program(cfg: Any, num_episodes: int, greedy: bool, max_steps: int):
             keys = env_keys(jax.random.fold_in(key, t), ids)
             act_keys, env_keys_ = jax.vmap(jax.random.split, out_axes=1)(keys)
             action, memory = policy(params, obs, act_keys, memory, first)
-            next_obs, env_state, _, terminated, truncated, info = env.step(
+            next_obs, env_state, reward, terminated, truncated, info = env.step(
                 env_keys_, env_state, action)
-            ended = info["episode_done"] & ~done
-            returns = jnp.where(ended, info["episode_return"], returns)
-            lengths = jnp.where(ended, info["episode_length"].astype(jnp.float32), lengths)
+            # the first episode's return and length so far: final once it has ended
+            returns = jnp.where(done, returns, returns + reward)
+            lengths = jnp.where(done, lengths, lengths + 1.0)
             return (env_state, observe(next_obs), memory, terminated | truncated,
                     done | info["episode_done"], returns, lengths, t + 1)
 

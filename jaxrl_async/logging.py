@@ -127,7 +127,7 @@ class ProgressBar(Callbacks):
     def on_metrics(self, first_update: int, rows: dict[str, np.ndarray]) -> None:
         steps = int(rows["env_steps"][-1])
         self.bar.update(max(steps - self.bar.n, 0))
-        ret = float(rows["episode_return"][-1])
+        ret = window_return(rows)  # the episodes that ended in this chunk
         sps = (steps - self.first_steps) / max(time.perf_counter() - self.start, 1e-9)
         shown = f"{ret:.1f}" if math.isfinite(ret) else "n/a"
         self.bar.set_postfix_str(f"SPS={sps:,.0f}, return={shown}")
@@ -137,11 +137,33 @@ class ProgressBar(Callbacks):
             self.bar.close()
 
 
+def window_return(metrics: dict[str, np.ndarray], last: int | None = None) -> float:
+    """Mean return of the episodes that ended in the last ``last`` updates (all: ``None``):
+    the sum of their ``episode_return_sum`` over the sum of their ``episodes``, so every
+    episode counts once; NaN when none ended. Metrics without the sums (older runs) fall back
+    to the mean of the finite per-update ``episode_return``."""
+    return float(window_returns(metrics, last))
+
+
+def window_returns(metrics: dict[str, np.ndarray], last: int | None = None) -> np.ndarray:
+    """``window_return`` of metrics with leading axes (``[..., updates]``, e.g. ``[seeds,
+    updates]`` from a vmapped ``make_train``): one mean per leading index."""
+    window = (..., slice(-last, None) if last else slice(None))
+    if "episode_return_sum" in metrics and "episodes" in metrics:
+        total = np.asarray(metrics["episode_return_sum"], np.float64)[window].sum(-1)
+        count = np.asarray(metrics["episodes"], np.float64)[window].sum(-1)
+        with np.errstate(all="ignore"):
+            return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    returns = np.asarray(metrics["episode_return"], np.float64)[window]
+    finite = np.isfinite(returns)
+    with np.errstate(all="ignore"):
+        return np.where(finite.any(-1), np.where(finite, returns, 0).sum(-1) / finite.sum(-1),
+                        np.nan)
+
+
 def final_return(metrics: dict[str, np.ndarray], last: int = 10) -> float:
-    """Mean episodic return over the last ``last`` updates (NaN-aware)."""
-    returns = np.asarray(metrics["episode_return"], dtype=np.float64)[-last:]
-    finite = returns[np.isfinite(returns)]
-    return float(finite.mean()) if finite.size else float("nan")
+    """Mean return of the episodes that ended in the last ``last`` updates (``window_return``)."""
+    return window_return(metrics, last)
 
 
 def plot_learning_curve(metrics: dict[str, np.ndarray], path: str | Path, title: str) -> Path:

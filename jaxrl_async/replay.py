@@ -41,8 +41,8 @@ class Replay(NamedTuple):
     data: Any  # leaves [B, C, ...]
     pos: jax.Array  # [B] int32 next slot to write
     size: jax.Array  # [B] int32 slots holding data (<= C)
-    inserted: jax.Array  # [B] int32 items inserted into the env's ring, ever
-    sampled: jax.Array  # [B] int32 items sampled from it by gradient steps, ever
+    inserted: jax.Array  # [B] int32 items inserted into the env's ring, ever (counted)
+    sampled: jax.Array  # [B] int32 items drawn from it by the gradient steps that ran, ever
 
 
 class Transition(NamedTuple):
@@ -207,29 +207,35 @@ def insert_then_train(
     cfg: OffPolicyConfig,
 ) -> tuple[Any, Replay, dict]:
     """Insert ``traj`` and take ``cfg.gradient_steps`` steps of ``gradient_step`` on sampled
-    batches, once the buffer holds ``learning_starts`` transitions: samples-per-insert is fixed
-    by the config. Metrics are the mean over the steps (zeros before learning starts)."""
+    batches, once the buffer holds ``learning_starts`` transitions. Metrics are the mean over
+    the steps (zeros before learning starts), and ``samples_per_insert``: the rows the steps
+    that ran drew over the rows this update inserted (counted, per env)."""
+    before = replay.inserted
     replay = insert(replay, transitions(traj))
     env_id = traj.env_id[0]  # [B] global ids
     ready = replay.size[0] * cfg.num_envs >= cfg.learning_starts
 
-    def train(state: Any) -> tuple[Any, dict]:
-        def step(state: Any, step_key: jax.Array):
-            return gradient_step(state, sample_batch(replay, step_key, env_id, cfg))
+    def train(state: Any) -> tuple[Any, jax.Array, dict]:
+        def step(carry: tuple[Any, jax.Array], step_key: jax.Array):
+            state, drawn = carry
+            batch = sample_batch(replay, step_key, env_id, cfg)
+            state, metrics = gradient_step(state, batch)
+            return (state, drawn + batch.obs.shape[0] // env_id.shape[0]), metrics
 
-        state, metrics = lax.scan(step, state, jax.random.split(key, cfg.gradient_steps))
-        return state, jax.tree.map(jnp.mean, metrics)
+        (state, drawn), metrics = lax.scan(step, (state, jnp.zeros((), jnp.int32)),
+                                           jax.random.split(key, cfg.gradient_steps))
+        return state, drawn, jax.tree.map(jnp.mean, metrics)
 
-    def wait(state: Any) -> tuple[Any, dict]:
-        shapes = jax.eval_shape(train, state)[1]
-        return state, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    def wait(state: Any) -> tuple[Any, jax.Array, dict]:
+        shapes = jax.eval_shape(train, state)[2]
+        return (state, jnp.zeros((), jnp.int32),
+                jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
 
-    train_state, metrics = lax.cond(ready, train, wait, train_state)
-    sampled = jnp.where(ready, cfg.gradient_steps * cfg.batch_size, 0)  # over all envs
-    replay = replay._replace(sampled=replay.sampled + sampled // cfg.num_envs)
+    train_state, drawn, metrics = lax.cond(ready, train, wait, train_state)  # drawn: per env
+    replay = replay._replace(sampled=replay.sampled + drawn)
     metrics = {
         **metrics,
-        "samples_per_insert": sampled / cfg.steps_per_update,
+        "samples_per_insert": drawn / (replay.inserted - before)[0],
         "replay_size": (replay.size[0] * cfg.num_envs).astype(jnp.float32),
     }
     return train_state, replay, metrics

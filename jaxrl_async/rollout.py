@@ -102,12 +102,14 @@ def rollout(
     return carry, traj, sums
 
 
-def episode_metrics(sums: EpisodeSums, previous_return: jax.Array, previous_length: jax.Array):
-    """Mean return/length of the episodes that finished; the previous values when none did."""
+def episode_metrics(sums: EpisodeSums) -> dict[str, jax.Array]:
+    """Mean return/length of the episodes that finished (NaN when none did), and what a window
+    of updates needs for its own mean: ``episode_return_sum`` and ``episodes`` (the count)."""
     any_done = sums.count > 0
     denom = jnp.maximum(sums.count, 1.0)
     return {
-        "episode_return": jnp.where(any_done, sums.return_sum / denom, previous_return),
-        "episode_length": jnp.where(any_done, sums.length_sum / denom, previous_length),
+        "episode_return": jnp.where(any_done, sums.return_sum / denom, jnp.nan),
+        "episode_length": jnp.where(any_done, sums.length_sum / denom, jnp.nan),
+        "episode_return_sum": sums.return_sum,
         "episodes": sums.count,
     }

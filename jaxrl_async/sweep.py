@@ -34,7 +34,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from jaxrl_async.config import hyper_fields, static_fields
-from jaxrl_async.logging import final_return
+from jaxrl_async.logging import window_return
 from jaxrl_async.runners import sync
 from jaxrl_async.runners.common import build, check_devices, compiler_options
 
@@ -212,19 +212,25 @@ class SweepResult:
     timing: dict[str, float]
     grid: dict[str, list] | None = None  # the grid's axes (None for random search)
 
+    def _per_run(self, last: int | None) -> np.ndarray:
+        """``[configs, seeds]`` mean return of the episodes that ended in the last ``last``
+        updates of each run (all updates: ``None``)."""
+        names = ("episode_return", "episode_return_sum", "episodes")
+        curves = {k: self.curves[k] for k in names if k in self.curves}
+        shape = curves["episode_return"].shape[:2]
+        return np.array([[window_return({k: v[c, s] for k, v in curves.items()}, last)
+                          for s in range(shape[1])] for c in range(shape[0])])
+
     @property
     def final_return(self) -> np.ndarray:
-        """``[configs, seeds]`` mean return of the last 10 updates."""
-        returns = self.curves["episode_return"]
-        return np.array([[final_return({"episode_return": r}) for r in per_cfg]
-                         for per_cfg in returns])
+        """``[configs, seeds]`` mean return of the episodes that ended in the last 10 updates."""
+        return self._per_run(10)
 
     @property
     def auc(self) -> np.ndarray:
-        """``[configs, seeds]`` area under the learning curve per update: the mean return over
-        all updates (updates before any episode ended are skipped)."""
-        with np.errstate(all="ignore"), _quiet_nan():
-            return np.nanmean(self.curves["episode_return"], axis=-1)
+        """``[configs, seeds]`` area under the learning curve: the mean return of all the
+        episodes that ended in the run (each counted once; NaN when none did)."""
+        return self._per_run(None)
 
     @property
     def rows(self) -> list[dict[str, Any]]:

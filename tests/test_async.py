@@ -129,8 +129,12 @@ def test_free_running_bounds_memory_and_staleness(stale_policy, max_staleness):
         assert dropped == 0  # the actors waited instead
     else:  # actors that ran ahead with params one update old saw their batch dropped
         assert dropped > 0
-    collected = out.timing["env_steps_collected"]
-    assert collected >= out.timing["env_steps_trained"] + dropped * cfg.steps_per_update // 2
+    collected, trained = out.timing["env_steps_collected"], out.timing["env_steps_trained"]
+    assert collected >= trained + dropped * cfg.steps_per_update // 2
+    assert trained == int(out.state.update) * cfg.steps_per_update
+    # sps counts the steps trained on, sps_collected all the actors stepped (dropped included)
+    assert out.timing["sps"] == pytest.approx(trained / out.timing["train_s"])
+    assert out.timing["sps_collected"] == pytest.approx(collected / out.timing["train_s"])
 
 
 # --------------------------------------------------------------------------- failure

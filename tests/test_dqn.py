@@ -9,6 +9,7 @@ import pytest
 
 import jaxrl_async as jra
 from jaxrl_async.envs import env_spec
+from jaxrl_async.logging import window_returns
 from jaxrl_async.runners.sync import train_with_config
 
 # The DQNConfig defaults: 8 envs x 8 steps per update, 8 gradient steps of 128 per update
@@ -27,7 +28,7 @@ def test_dqn_learns_cartpole_in_100k_steps(cartpole_4_seeds):
     # 450 of 500 under the behaviour policy (epsilon 0.05 at the end): a policy that balances
     # to the time limit in nearly every episode. Random play scores about 22.
     returns = np.asarray(cartpole_4_seeds.metrics["episode_return"])  # [seeds, updates]
-    last = returns[:, -20:].mean(1)
+    last = window_returns(cartpole_4_seeds.metrics, 20)
     assert (last >= 450).sum() >= 3, last
     assert np.all(np.nanmean(returns[:, :30], 1) < 60), "it starts from random play"
 
@@ -42,10 +43,11 @@ def test_metrics_state_the_ratio(cartpole_4_seeds):
     replay = cartpole_4_seeds.state.learner.replay.value
     inserted = np.asarray(replay.inserted)  # [seeds, envs]
     assert np.all(inserted == CARTPOLE.num_updates * CARTPOLE.num_steps)
-    sampled = np.asarray(replay.sampled).sum(1)  # over envs
-    updates_trained = started.sum(1)
-    np.testing.assert_array_equal(sampled, updates_trained * CARTPOLE.gradient_steps
-                                  * CARTPOLE.batch_size)
+    sampled = np.asarray(replay.sampled).sum(1)  # rows drawn, counted, over envs
+    steps_taken = np.asarray(cartpole_4_seeds.state.learner.gradient_steps)  # counted by DQN
+    np.testing.assert_array_equal(sampled, steps_taken * CARTPOLE.batch_size)
+    np.testing.assert_array_equal(sampled, CARTPOLE.samples_per_insert * started.sum(1)
+                                  * CARTPOLE.steps_per_update)
 
 
 SMALL = jra.DQNConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 12, buffer_size=128,

@@ -90,14 +90,22 @@ class Learner(NamedTuple):  # what the gradient steps change
     gradient_steps: jax.Array
 
 
+def learning_rate(cfg: DQNConfig) -> optax.Schedule | float:
+    """The rate by gradient step: annealed to 0 over the gradient steps the run takes, those
+    of the updates from the first with ``learning_starts`` transitions in the buffer."""
+    if not cfg.anneal_lr:
+        return cfg.lr
+    first_trained = -(-cfg.learning_starts // cfg.steps_per_update)  # ceil: updates to fill
+    total_steps = max(cfg.num_updates - first_trained + 1, 1) * cfg.gradient_steps
+    return optax.linear_schedule(cfg.lr, 0.0, total_steps)
+
+
 def make_algorithm(cfg: DQNConfig, spec: EnvSpec) -> Algorithm:
     """DQN's init/act/learn for ``spec``; ``cfg``'s hyperparameters may be traced."""
     network = q_network_for(spec, cfg.resolved_torso, cfg.hidden_sizes, cfg.activation,
                             cfg.layer_norm)
-    total_steps = cfg.num_updates * cfg.gradient_steps
-    lr = optax.linear_schedule(cfg.lr, 0.0, total_steps) if cfg.anneal_lr else cfg.lr
     optimizer = optax.flatten(optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm),
-                                          optax.adam(lr)))
+                                          optax.adam(learning_rate(cfg))))
     epsilon = optax.linear_schedule(
         cfg.eps_start, cfg.eps_end, max(1, int(cfg.eps_decay_fraction * cfg.num_updates)))
 
@@ -115,6 +123,12 @@ def make_algorithm(cfg: DQNConfig, spec: EnvSpec) -> Algorithm:
     def act(policy, obs: jax.Array, key: jax.Array):
         params, updates = policy
         return EpsilonGreedy(network.apply(params, obs), epsilon(updates)).sample(key), {}
+
+    def eval_act(policy, obs: jax.Array, key: jax.Array, greedy: bool) -> jax.Array:
+        """argmax of Q; ``greedy=False``: epsilon-greedy at the final ``eps_end``."""
+        params, _ = policy
+        pi = EpsilonGreedy(network.apply(params, obs), cfg.eps_end)
+        return pi.mode() if greedy else pi.sample(key)
 
     def loss(params, target_params, batch: rb.Batch):
         n = batch.obs.shape[0]
@@ -156,4 +170,5 @@ def make_algorithm(cfg: DQNConfig, spec: EnvSpec) -> Algorithm:
                              PerEnv(replay), state.updates + 1, learner.gradient_steps)
         return new_state, pmean(metrics, axis_name)
 
-    return Algorithm(init=init, act=act, learn=learn, policy_params=policy_params)
+    return Algorithm(init=init, act=act, learn=learn, policy_params=policy_params,
+                     eval_act=eval_act)

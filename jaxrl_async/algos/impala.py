@@ -91,6 +91,10 @@ def make_algorithm(cfg: ImpalaConfig, spec: EnvSpec) -> Algorithm:
         action = pi.sample(key)
         return action, {"log_prob": pi.log_prob(action)}
 
+    def eval_act(params, obs: jax.Array, key: jax.Array, greedy: bool) -> jax.Array:
+        pi = network.apply(params, obs, method="policy")
+        return pi.mode() if greedy else pi.sample(key)
+
     def loss(params, traj: Trajectory, axis_name):
         pi, value = network.apply(params, traj.obs)  # [T, B]
         next_value = network.apply(params, traj.next_obs, method="value")
@@ -127,4 +131,4 @@ def make_algorithm(cfg: ImpalaConfig, spec: EnvSpec) -> Algorithm:
         params = optax.apply_updates(state.params, updates)
         return LearnerState(params, opt_state), pmean(metrics, axis_name)
 
-    return Algorithm(init=init, act=act, learn=learn)
+    return Algorithm(init=init, act=act, learn=learn, eval_act=eval_act)

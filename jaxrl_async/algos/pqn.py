@@ -103,6 +103,12 @@ def make_algorithm(cfg: PQNConfig, spec: EnvSpec) -> Algorithm:
         params, updates = policy
         return EpsilonGreedy(network.apply(params, obs), epsilon(updates)).sample(key), {}
 
+    def eval_act(policy, obs: jax.Array, key: jax.Array, greedy: bool) -> jax.Array:
+        """argmax of Q; ``greedy=False``: epsilon-greedy at the final ``eps_end``."""
+        params, _ = policy
+        pi = EpsilonGreedy(network.apply(params, obs), cfg.eps_end)
+        return pi.mode() if greedy else pi.sample(key)
+
     def loss(params, minibatch):
         obs, action, target = minibatch  # [T/M, B, ...]
         q = network.apply(params, obs)
@@ -125,4 +131,5 @@ def make_algorithm(cfg: PQNConfig, spec: EnvSpec) -> Algorithm:
         metrics = {**metrics, "epsilon": epsilon(state.updates)}
         return PQNState(learner.params, learner.opt_state, state.updates + 1), metrics
 
-    return Algorithm(init=init, act=act, learn=learn, policy_params=policy_params)
+    return Algorithm(init=init, act=act, learn=learn, policy_params=policy_params,
+                     eval_act=eval_act)

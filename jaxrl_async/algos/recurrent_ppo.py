@@ -78,6 +78,11 @@ def make_algorithm(cfg: RecurrentPPOConfig, spec: EnvSpec) -> Algorithm:
         action = pi.sample(key)
         return action, {"log_prob": pi.log_prob(action), "value": value}, memory
 
+    def eval_act(params, obs: jax.Array, key: jax.Array, greedy: bool, memory: jax.Array,
+                 first: jax.Array) -> tuple[jax.Array, jax.Array]:
+        memory, pi, _ = network.apply(params, memory, obs, first)
+        return (pi.mode() if greedy else pi.sample(key)), memory
+
     def unroll(params, memory: jax.Array, obs: jax.Array, first: jax.Array):
         """Run the GRU over ``obs [L, N, ...]`` from ``memory [N, M]``; per step: the memory
         it was given, the memory after it, the policy and the value."""
@@ -128,4 +133,5 @@ def make_algorithm(cfg: RecurrentPPOConfig, spec: EnvSpec) -> Algorithm:
                                 cfg.update_epochs, cfg.num_minibatches, axis_name, prepare,
                                 cfg.grad_accum_steps)
 
-    return Algorithm(init=init, act=act, learn=learn, init_memory=init_memory)
+    return Algorithm(init=init, act=act, learn=learn, init_memory=init_memory,
+                     eval_act=eval_act)

@@ -121,6 +121,11 @@ def make_algorithm(cfg: SACConfig, spec: EnvSpec) -> Algorithm:
         unit, _ = actor.apply(actor_params, obs).sample_and_log_prob(key)
         return to_env(unit), {}
 
+    def eval_act(actor_params, obs: jax.Array, key: jax.Array, greedy: bool) -> jax.Array:
+        """The tanh-squashed mean (``greedy``) or a sample, in the env's action range."""
+        pi = actor.apply(actor_params, obs)
+        return to_env(pi.mode() if greedy else pi.sample_and_log_prob(key)[0])
+
     def loss(params: SACParams, target_critic, batch: rb.Batch):
         alpha = jnp.exp(params.log_alpha) if cfg.learn_alpha else cfg.init_alpha
         alpha = jax.lax.stop_gradient(alpha)
@@ -162,4 +167,4 @@ def make_algorithm(cfg: SACConfig, spec: EnvSpec) -> Algorithm:
         return new_state, pmean(metrics, axis_name)
 
     return Algorithm(init=init, act=act, learn=learn,
-                     policy_params=lambda state: state.params.actor)
+                     policy_params=lambda state: state.params.actor, eval_act=eval_act)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import jax
+
 from jaxrl_async.envs import brax
 from jaxrl_async.envs.core import EnvSpec, GymnaxVecEnv, VecEnv, spec_from_gymnax
 from jaxrl_async.envs.host import (
@@ -71,11 +73,16 @@ def check_env_id(env_id: str) -> None:
 
 @functools.cache
 def _gymnax(env_id: str, env_kwargs: tuple = ()) -> tuple[Any, Any, EnvSpec]:
+    """The gymnax env, its params and spec (cached). Built under ``ensure_compile_time_eval``:
+    the arrays an env's ``__init__`` makes (MinAtar's, bsuite's) are then concrete even when
+    the first call comes from inside a ``jit``/``vmap`` trace, so the cached env never holds
+    a tracer that a later trace would reuse."""
     import gymnax
 
     check_env_id(env_id)
-    env, params = gymnax.make(env_id, **dict(env_kwargs))
-    return env, params, spec_from_gymnax(env_id, env, params)
+    with jax.ensure_compile_time_eval():
+        env, params = gymnax.make(env_id, **dict(env_kwargs))
+        return env, params, spec_from_gymnax(env_id, env, params)
 
 
 def env_spec(env_id: str, *, flatten_obs: bool = False) -> EnvSpec:

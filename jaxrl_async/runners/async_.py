@@ -772,12 +772,14 @@ def drive(cfg: Any, setup: Setup, callbacks: Callbacks, compile_s: float,
 
     done = int(final.update)
     metrics = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]} if rows else {}
-    timing = {
+    trained = (done - first) * cfg.steps_per_update
+    timing = {  # sps: env steps trained on per second; sps_collected: all the actors stepped
         "compile_s": compile_s,
         "train_s": train_s,
-        "sps": collected / max(train_s, 1e-9),
+        "sps": trained / max(train_s, 1e-9),
+        "sps_collected": collected / max(train_s, 1e-9),
         "env_steps_collected": collected,
-        "env_steps_trained": (done - first) * cfg.steps_per_update,
+        "env_steps_trained": trained,
         "learner_busy": learner_stats.busy_s / max(train_s, 1e-9),
         "actor_busy": float(np.mean([s.busy_s for s in actor_stats])) / max(train_s, 1e-9),
         "max_outstanding": pipeline.max_outstanding,

@@ -29,7 +29,8 @@ class RunState(NamedTuple):
     env: EnvCarry  # env states and observations, leading axis num_envs
     key: jax.Array  # the run's base key; update k uses fold_in(key, k)
     update: jax.Array  # [] int32 updates done
-    last_episode: jax.Array  # [2] last mean (return, length), carried when no episode ends
+    last_episode: jax.Array  # [2] mean (return, length) of the latest update in which an
+    #                          episode ended (NaN before); informative only, no metric uses it
     # The async runner's deterministic schedule: the (packed) params the actors act with at
     # update ``update`` when they are older than the learner's (lag, sync_every); () otherwise.
     behaviour_params: Any = ()
@@ -184,14 +185,16 @@ def learner_spec(algo: Algorithm, per_env: Any, replicated: Any) -> Any:
 def update_metrics(
     state: RunState, sums: EpisodeSums, learn_metrics: dict, steps_per_update: int
 ) -> tuple[dict, jax.Array]:
-    """Scalar metrics of one update and the new ``last_episode``."""
-    episodes = episode_metrics(sums, state.last_episode[0], state.last_episode[1])
+    """Scalar metrics of one update (``episode_return`` NaN when no episode ended in it) and the
+    new ``last_episode``."""
+    episodes = episode_metrics(sums)
     metrics = {
         "env_steps": (state.update + 1).astype(jnp.float32) * steps_per_update,
         **episodes,
         **learn_metrics,
     }
-    return metrics, jnp.stack([episodes["episode_return"], episodes["episode_length"]])
+    latest = jnp.stack([episodes["episode_return"], episodes["episode_length"]])
+    return metrics, jnp.where(sums.count > 0, latest, state.last_episode)
 
 
 def compiler_options(cfg: Any) -> dict[str, Any]:

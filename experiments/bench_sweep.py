@@ -58,8 +58,7 @@ def main() -> None:
                 t1 = time.perf_counter()
                 out = jax.block_until_ready(train(jax.random.key(seed)))
                 compile_s, train_s = compile_s + t1 - t0, train_s + time.perf_counter() - t1
-                finals.append(final_return({"episode_return": np.asarray(
-                    out.metrics["episode_return"])}))
+                finals.append(final_return({k: np.asarray(v) for k, v in out.metrics.items()}))
     alone_wall = time.perf_counter() - start
 
     swept_finals = result.final_return.ravel()

@@ -120,6 +120,15 @@ def ppo_optimizer(cfg: PPOConfig) -> optax.GradientTransformation:
     ))
 
 
+def advantages_and_targets(network, params, traj: Trajectory,
+                           cfg: PPOConfig) -> tuple[jax.Array, jax.Array]:
+    """GAE advantages and value targets, each [T, B], of ``traj`` for the learner holding
+    ``params``; truncated episodes bootstrap from V(final observation)."""
+    next_value = network.apply(params, traj.next_obs, method="value")  # [T, B]
+    return gae(traj.reward, traj.extras["value"], next_value, traj.terminated, traj.truncated,
+               cfg.gamma, cfg.gae_lambda)
+
+
 def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
     """PPO's init/act/learn for ``spec``; ``cfg``'s hyperparameters may be traced."""
     network = actor_critic_for(spec, cfg.resolved_torso, cfg.hidden_sizes, cfg.activation)
@@ -147,9 +156,7 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
         chex.assert_rank(traj.reward, 2)  # [T, B]
 
         # 1. Advantages: GAE, bootstrapping truncated episodes from V(final observation).
-        next_value = network.apply(state.params, traj.next_obs, method="value")
-        advantages, targets = gae(traj.reward, traj.extras["value"], next_value,
-                                  traj.terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
+        advantages, targets = advantages_and_targets(network, state.params, traj, cfg)
 
         # 2. Epochs of minibatch steps. A minibatch holds the same T/M random time steps of
         #    every env (the same on any number of devices, see ``shuffled_minibatches``);

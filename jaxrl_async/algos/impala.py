@@ -96,8 +96,10 @@ def make_algorithm(cfg: ImpalaConfig, spec: EnvSpec) -> Algorithm:
         return pi.mode() if greedy else pi.sample(key)
 
     def loss(params, traj: Trajectory, axis_name):
-        pi, value = network.apply(params, traj.obs)  # [T, B]
-        next_value = network.apply(params, traj.next_obs, method="value")
+        # V(x_s) and V(x_s+1) both from the learner's params (the ones being trained); only the
+        # log-prob mu comes from the acting params, and V-trace corrects for it.
+        pi, value = network.apply(params, traj.obs)  # [T, B] learner's params
+        next_value = network.apply(params, traj.next_obs, method="value")  # learner's params
         log_prob = pi.log_prob(traj.action)
         log_rho = log_prob - traj.extras["log_prob"]  # current over behaviour policy
         targets, advantages = jax.lax.stop_gradient(vtrace(

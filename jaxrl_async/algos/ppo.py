@@ -87,7 +87,7 @@ def clipped_loss(cfg: PPOConfig, pi, value, action, extras, advantages,
 
     value_loss = jnp.square(value - targets)
     if cfg.clip_value:
-        old_value = extras["value"]
+        old_value = extras["value"]  # the behaviour value: the clip's centre, not in GAE
         value_clipped = old_value + jnp.clip(value - old_value, -cfg.clip_eps, cfg.clip_eps)
         value_loss = jnp.maximum(value_loss, jnp.square(value_clipped - targets))
     value_loss = 0.5 * value_loss.mean()
@@ -120,6 +120,24 @@ def ppo_optimizer(cfg: PPOConfig) -> optax.GradientTransformation:
     ))
 
 
+def advantages_and_targets(network, params, traj: Trajectory,
+                           cfg: PPOConfig) -> tuple[jax.Array, jax.Array]:
+    """GAE advantages and value targets, each [T, B], of ``traj`` for the learner holding
+    ``params``; truncated episodes bootstrap from V(final observation).
+
+    Both values of every TD error come from the learner's ``params``. The behaviour value
+    stored by the actor (``extras["value"]``) is older by the runner's lag: mixing it in would
+    add gamma * (V_learner - V_behaviour)(s_t+1) to every TD error, which GAE sums. The
+    behaviour critic for both learns as well (README results); the learner's is chosen as it
+    asks nothing more of the actor (which would have to evaluate V(final obs) at truncations)
+    and stays one critic whatever the lag or the push schedule.
+    """
+    value = network.apply(params, traj.obs, method="value")  # [T, B] learner's params
+    next_value = network.apply(params, traj.next_obs, method="value")  # [T, B] learner's params
+    return gae(traj.reward, value, next_value, traj.terminated, traj.truncated,
+               cfg.gamma, cfg.gae_lambda)
+
+
 def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
     """PPO's init/act/learn for ``spec``; ``cfg``'s hyperparameters may be traced."""
     network = actor_critic_for(spec, cfg.resolved_torso, cfg.hidden_sizes, cfg.activation)
@@ -147,9 +165,7 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
         chex.assert_rank(traj.reward, 2)  # [T, B]
 
         # 1. Advantages: GAE, bootstrapping truncated episodes from V(final observation).
-        next_value = network.apply(state.params, traj.next_obs, method="value")
-        advantages, targets = gae(traj.reward, traj.extras["value"], next_value,
-                                  traj.terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
+        advantages, targets = advantages_and_targets(network, state.params, traj, cfg)
 
         # 2. Epochs of minibatch steps. A minibatch holds the same T/M random time steps of
         #    every env (the same on any number of devices, see ``shuffled_minibatches``);

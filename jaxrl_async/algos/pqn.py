@@ -120,7 +120,8 @@ def make_algorithm(cfg: PQNConfig, spec: EnvSpec) -> Algorithm:
         chex.assert_rank(traj.reward, 2)  # [T, B]
         # 1. Q(lambda) targets with the current network: max_a Q(next obs) bootstraps every
         #    step (fully at truncation and at the rollout's end, not at termination).
-        next_q_max = network.apply(state.params, traj.next_obs).max(-1)  # [T, B]
+        #    Those are its only values: all from one set of params, the learner's.
+        next_q_max = network.apply(state.params, traj.next_obs).max(-1)  # [T, B] learner's
         targets = q_lambda_returns(traj.reward, next_q_max, traj.terminated, traj.truncated,
                                    cfg.gamma, cfg.q_lambda)
         # 2. Epochs of minibatch regression of Q(obs, action) on the fixed targets.

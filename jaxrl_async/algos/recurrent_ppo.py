@@ -3,8 +3,8 @@
 The rollout carries the GRU memory from step to step, resets it where an episode starts, and
 stores in the trajectory the memory each step was given (``extras["memory"]``) and the episode
 starts (``extras["first"]``). The learner re-runs the GRU over the whole trajectory from the
-memory stored at its start, with the current params, to get the values that bootstrap GAE and the
-memory at every step. It then trains by truncated backpropagation through time: the trajectory is
+memory stored at its start, with the current params, to get both values of GAE and the memory at
+every step. It then trains by truncated backpropagation through time: the trajectory is
 cut into chunks of ``bptt_length`` steps, each starting from the memory of that re-run, and a
 minibatch is a random set of chunks of every env (the same set on any number of devices).
 """
@@ -58,6 +58,40 @@ class RecurrentPPOConfig(PPOConfig):
                 self.num_steps // self.bptt_length // self.num_minibatches, "chunks")
 
 
+def unroll(network: RecurrentActorCritic, params, memory: jax.Array, obs: jax.Array,
+           first: jax.Array):
+    """Run the GRU over ``obs [L, N, ...]`` from ``memory [N, M]``; per step: the memory it
+    was given, the memory after it, the policy and the value."""
+
+    def step(memory, xs):
+        obs_t, first_t = xs
+        new_memory, pi, value = network.apply(params, memory, obs_t, first_t)
+        return new_memory, (memory, new_memory, pi, value)
+
+    return lax.scan(step, memory, (obs, first))[1]
+
+
+def advantages_and_targets(network: RecurrentActorCritic, params, traj: Trajectory,
+                           cfg: RecurrentPPOConfig) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(memory [T, B, M] given to every step, advantages [T, B], value targets [T, B])``:
+    the GRU re-run over ``traj`` with ``params`` from the memory stored at its start, and GAE
+    on the values of that re-run.
+
+    Both values of every TD error come from the learner's ``params``, as in ``ppo`` (the
+    behaviour value stored by the actor is older by the runner's lag): V(obs) along the re-run,
+    V(next obs) from the memory after each step (no reset: the next obs is the true one, in
+    the same episode).
+    """
+    first = traj.extras["first"]
+    memory, memory_after, _, value = unroll(network, params, traj.extras["memory"][0],
+                                            traj.obs, first)  # learner's params
+    _, _, next_value = network.apply(params, memory_after, traj.next_obs,
+                                     jnp.zeros_like(first))  # learner's params
+    advantages, targets = gae(traj.reward, value, next_value, traj.terminated, traj.truncated,
+                              cfg.gamma, cfg.gae_lambda)
+    return memory, advantages, targets
+
+
 def make_algorithm(cfg: RecurrentPPOConfig, spec: EnvSpec) -> Algorithm:
     """Recurrent PPO's init/act/learn for ``spec``; ``cfg``'s hyperparameters may be traced."""
     action_dim = spec.num_actions if spec.discrete else math.prod(spec.action_shape)
@@ -83,37 +117,22 @@ def make_algorithm(cfg: RecurrentPPOConfig, spec: EnvSpec) -> Algorithm:
         memory, pi, _ = network.apply(params, memory, obs, first)
         return (pi.mode() if greedy else pi.sample(key)), memory
 
-    def unroll(params, memory: jax.Array, obs: jax.Array, first: jax.Array):
-        """Run the GRU over ``obs [L, N, ...]`` from ``memory [N, M]``; per step: the memory
-        it was given, the memory after it, the policy and the value."""
-
-        def step(memory, xs):
-            obs_t, first_t = xs
-            new_memory, pi, value = network.apply(params, memory, obs_t, first_t)
-            return new_memory, (memory, new_memory, pi, value)
-
-        return lax.scan(step, memory, (obs, first))[1]
-
     def loss(params, minibatch):
         memory, (obs, action, first, extras, advantages, targets) = minibatch
         # [C, L, B, ...] chunks -> sequences [L, C*B, ...] starting from memory [C*B, M]
         seq = lambda x: jnp.swapaxes(x, 0, 1).reshape(x.shape[1], -1, *x.shape[3:])
         obs, action, first, extras, advantages, targets = jax.tree.map(
             seq, (obs, action, first, extras, advantages, targets))
-        _, _, pi, value = unroll(params, memory.reshape(-1, memory.shape[-1]), obs, first)
+        _, _, pi, value = unroll(network, params, memory.reshape(-1, memory.shape[-1]), obs,
+                                 first)
         return clipped_loss(cfg, pi, value, action, extras, advantages, targets)
 
     def learn(state: LearnerState, traj: Trajectory, key: jax.Array, axis_name=None):
         chex.assert_rank(traj.reward, 2)  # [T, B]
         first, extras = traj.extras["first"], traj.extras
-        # 1. Re-run the GRU over the trajectory from its stored start memory: the memory given
-        #    to every step, and V(next obs) from the memory after each step (no reset: the
-        #    next obs is the true one, in the same episode).
-        memory, memory_after, _, _ = unroll(state.params, extras["memory"][0], traj.obs, first)
-        _, _, next_value = network.apply(state.params, memory_after, traj.next_obs,
-                                         jnp.zeros_like(first))
-        advantages, targets = gae(traj.reward, extras["value"], next_value, traj.terminated,
-                                  traj.truncated, cfg.gamma, cfg.gae_lambda)
+        # 1. Re-run the GRU over the trajectory from its stored start memory (memory given to
+        #    every step), then GAE from the values of that re-run.
+        memory, advantages, targets = advantages_and_targets(network, state.params, traj, cfg)
 
         # 2. Truncated BPTT: chunks of bptt_length steps [C, L, B, ...], each with its start
         #    memory [C, B, M]; minibatches are random sets of chunks.

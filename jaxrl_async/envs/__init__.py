@@ -20,8 +20,12 @@ from jaxrl_async.envs.wrappers import (
     EpisodeStatistics,
     FlattenObservation,
     NormalizeObservation,
+    ObsSums,
     RunningMoments,
+    merge_moments,
     normalize,
+    obs_sums,
+    set_moments,
 )
 
 __all__ = [
@@ -37,8 +41,12 @@ __all__ = [
     "EpisodeStatistics",
     "FlattenObservation",
     "NormalizeObservation",
+    "ObsSums",
     "RunningMoments",
+    "merge_moments",
     "normalize",
+    "obs_sums",
+    "set_moments",
 ]
 
 

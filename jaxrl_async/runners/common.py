@@ -173,10 +173,11 @@ def init_state(env: VecEnv | None, algo: Algorithm, key: jax.Array, env_id: jax.
         env_carry = reset(env, algo, reset_key, env_id)
     else:
         env_carry = reset_envs(reset_key, env_id)
-    moments = getattr(env_carry.env_state, "moments", None)  # normalize_obs: the first ones
-    moments = () if moments is None else jax.tree.map(lambda x: x[0], moments)
-    env_carry, moments = merge_obs_statistics(env_carry, moments, obs_sums(env_carry.env_state),
-                                              axis_name)
+    moments: Any = ()
+    if isinstance(env_carry, EnvCarry) and hasattr(env_carry.env_state, "moments"):
+        first = jax.tree.map(lambda x: x[0], env_carry.env_state.moments)  # normalize_obs
+        env_carry, moments = merge_obs_statistics(env_carry, first,
+                                                  obs_sums(env_carry.env_state), axis_name)
     return RunState(
         learner=with_env_axis(algo.init(init_key), env_id.shape[0]),
         env=env_carry,

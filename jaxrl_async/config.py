@@ -238,7 +238,8 @@ class AsyncConfig:
     the loss's off-policy correction (PPO's ratio, V-trace) for the lag within the bound."""
     queue_size: int = static(4, positive_int)
     """Free-running mode: most trajectories collected or being collected and not yet taken by
-    the learner (bounds memory and staleness)."""
+    the learner (bounds memory and staleness), split evenly over the streams (at least one
+    each: every stream is its own queue, so each env's data stays in time order)."""
     host_vectorization: str = static("sync", one_of("sync", "async"))
     """Host envs (env='gymnasium:...'): how each actor stream's gymnasium vector env steps its
     envs: 'sync' one after another in the stream's thread, 'async' in a subprocess each."""

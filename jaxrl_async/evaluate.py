@@ -26,7 +26,10 @@ from jaxrl_async.runners.common import RunState, TrainResult
 
 
 def obs_moments(state: RunState) -> RunningMoments | None:
-    """The observation-normalisation statistics in a run state (one env's copy), if any."""
+    """The observation-normalisation statistics of a run state (merged over every shard), if
+    any."""
+    if getattr(state, "obs_moments", ()) != ():
+        return state.obs_moments
     env_state = state.env.env_state
     if not hasattr(env_state, "moments"):
         return None

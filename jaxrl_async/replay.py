@@ -54,12 +54,16 @@ class Transition(NamedTuple):
     terminated: jax.Array
     truncated: jax.Array
     next_obs: jax.Array
+    env_id: jax.Array | int = 0  # global id of the env that took the step
+    step: jax.Array | int = 0  # the env's step index (``Trajectory.step``): a jump is a gap
 
 
 def transitions(traj: Trajectory) -> Transition:
     """The ``[T, B]`` transitions of a trajectory."""
+    if traj.step is None:
+        raise ValueError("replay needs Trajectory.step (the env's step index) to find gaps")
     return Transition(traj.obs, traj.action, traj.reward, traj.terminated, traj.truncated,
-                      traj.next_obs)
+                      traj.next_obs, traj.env_id, traj.step)
 
 
 def init(item: Any, capacity: int) -> Replay:
@@ -186,16 +190,28 @@ def sample_batch(replay: Replay, key: jax.Array, env_id: jax.Array, cfg: OffPoli
     per_env = cfg.batch_size // cfg.num_envs
     sample_key, noise_key = jax.random.split(key)
     slots = sample(replay, sample_key, env_id, per_env, cfg.n_step)  # [B, K]
-    d = replay.data
-    window = replay._replace(data=(d.reward, d.terminated, d.truncated))
-    ret, discount, last = n_step_return(*gather(window, slots[..., None] + jnp.arange(cfg.n_step)),
-                                        cfg.gamma)  # [B, K] each, from [B, K, n] windows
-    first = gather(replay._replace(data=(d.obs, d.action)), slots)
-    next_obs = gather(replay._replace(data=d.next_obs), slots + last)
+    obs, action, ret, discount, next_obs = n_step_windows(replay, slots, cfg.n_step, cfg.gamma)
     keys = jax.vmap(lambda e: jax.random.split(jax.random.fold_in(noise_key, e), per_env))(env_id)
     flat = lambda x: x.reshape(-1, *x.shape[2:])
-    return Batch(flat(first[0]), flat(first[1]), flat(ret), flat(discount), flat(next_obs),
-                 flat(keys))
+    return Batch(flat(obs), flat(action), flat(ret), flat(discount), flat(next_obs), flat(keys))
+
+
+def n_step_windows(replay: Replay, slots: jax.Array, n: int, gamma: float | jax.Array
+                   ) -> tuple[jax.Array, ...]:
+    """``(obs, action, n-step return, discount, next_obs)`` of the windows starting at
+    ``slots [B, K]``, each ``[B, K, ...]``. A window ends at an episode's end and at a gap in
+    the env's steps (rollouts dropped in between): there it bootstraps from the stored
+    ``next_obs``, the true next observation, as at a truncation."""
+    d = replay.data
+    reward, terminated, truncated, step = gather(
+        replay._replace(data=(d.reward, d.terminated, d.truncated, d.step)),
+        slots[..., None] + jnp.arange(n))  # [B, K, n] each
+    gap = jnp.concatenate([step[..., 1:] != step[..., :-1] + 1,
+                           jnp.zeros_like(truncated[..., :1])], -1)  # a jump after step k
+    ret, discount, last = n_step_return(reward, terminated, truncated | gap, gamma)
+    obs, action = gather(replay._replace(data=(d.obs, d.action)), slots)
+    next_obs = gather(replay._replace(data=d.next_obs), slots + last)
+    return obs, action, ret, discount, next_obs
 
 
 def insert_then_train(

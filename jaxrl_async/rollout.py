@@ -6,6 +6,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrl_async.algos.base import Algorithm, Trajectory
 from jaxrl_async.envs import VecEnv
@@ -58,13 +59,15 @@ def rollout(
     num_steps: int,
     env_id: jax.Array,  # [B] global env ids
     policy_version: jax.Array | int = 0,
+    first_step: jax.Array | int = 0,
 ) -> tuple[EnvCarry, Trajectory, EpisodeSums]:
     """Collect ``num_steps`` steps of every env with ``algo.act`` vmapped over envs.
 
     A recurrent algorithm (``algo.init_memory`` set) is called as
     ``act(params, obs, key, memory, first) -> (action, extras, memory)``; the memory it was
     given and the ``first`` flags go into ``extras["memory"]`` and ``extras["first"]``, so the
-    learner can re-run the sequence from ``extras["memory"][0]``.
+    learner can re-run the sequence from ``extras["memory"][0]``. ``first_step``: the step index
+    (``Trajectory.step``) of the rollout's first step.
     """
     recurrent = algo.init_memory is not None
     act_batch = jax.vmap(algo.act, in_axes=(None, 0, 0, 0, 0) if recurrent else (None, 0, 0))
@@ -98,8 +101,17 @@ def rollout(
         obs, action, reward, terminated, truncated, next_obs, extras,
         env_id=jnp.broadcast_to(env_id, time_batch),
         policy_version=jnp.broadcast_to(jnp.asarray(policy_version, jnp.int32), time_batch),
+        step=step_index(jnp.asarray(first_step, jnp.int32), *time_batch),
     )
     return carry, traj, sums
+
+
+def step_index(first_step: Any, num_steps: int, num_envs: int) -> Any:
+    """``[T, B]`` int32 ``Trajectory.step`` of a rollout starting at ``first_step`` (numpy when
+    ``first_step`` is a numpy or Python int: host actors)."""
+    xp = jnp if isinstance(first_step, jax.Array) else np
+    steps = xp.asarray(first_step, xp.int32) + xp.arange(num_steps, dtype=xp.int32)
+    return xp.broadcast_to(steps[:, None], (num_steps, num_envs))
 
 
 def episode_metrics(sums: EpisodeSums) -> dict[str, jax.Array]:

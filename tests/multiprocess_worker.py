@@ -20,11 +20,12 @@ def main() -> None:
     from tests.test_distributed import CONFIGS
 
     assert jax.device_count() == 4 and jax.local_device_count() == 2
-    result = jra.train(CONFIGS[runner], seed=5, run_dir=os.path.join(out_dir, f"run{process_id}"),
-                       progress=False)
-    leaves = [np.asarray(x) for x in jax.tree.leaves(result.params)]
-    np.savez(os.path.join(out_dir, f"params{process_id}.npz"), *leaves,
-             returns=result.metrics["episode_return"])
+    for c, cfg in enumerate(CONFIGS[runner]):
+        result = jra.train(cfg, seed=5, run_dir=os.path.join(out_dir, f"run{process_id}_{c}"),
+                           progress=False)
+        leaves = [np.asarray(x) for x in jax.tree.leaves(result.params)]
+        np.savez(os.path.join(out_dir, f"params{process_id}_{c}.npz"), *leaves,
+                 returns=result.metrics["episode_return"])
     distributed.shutdown()
 
 

@@ -1,7 +1,9 @@
-"""Two processes on 127.0.0.1 (gloo collectives, 2 CPU devices each) train one PPO run whose
-learner spans the devices of both; both end with bitwise-identical params equal to a 1-process
-run with the same global batch. Under the sync runner the learner spans all 4 devices; under
-the async runner each process has 1 actor and 1 learner device."""
+"""Two processes on 127.0.0.1 (gloo collectives, 2 CPU devices each) train one PPO run (with
+observation normalisation: statistics merged over both processes' envs) and one DQN run (replay
+rings sharded with the envs over the processes) whose learner spans the devices of both; both
+end with bitwise-identical params equal to a 1-process run with the same global batch. Under
+the sync runner the learner spans all 4 devices; under the async runner each process has 1
+actor and 1 learner device."""
 
 import dataclasses
 import os
@@ -16,22 +18,26 @@ import pytest
 
 import jaxrl_async as jra
 
-CONFIG = jra.PPOConfig(env="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=2,
-                       update_epochs=2, total_timesteps=8 * 16 * 6, log_every=2,
-                       runner=jra.SyncConfig(num_devices=4))
-CONFIGS = {
-    "sync": CONFIG,
-    # per process: 1 actor device (4 envs), 1 learner device; the learner spans both processes
-    "async": dataclasses.replace(CONFIG, runner=jra.AsyncConfig(actor_devices=1,
-                                                                learner_devices=1)),
-}
-# The same global batch in one process with 4 devices: 2 actor devices (4 envs each, as the
-# 2 processes), 2 learner devices.
-SINGLE = {
-    "sync": CONFIG,
-    "async": dataclasses.replace(CONFIG, runner=jra.AsyncConfig(actor_devices=2,
-                                                                learner_devices=2)),
-}
+SYNC = jra.SyncConfig(num_devices=4)
+PPO = jra.PPOConfig(env="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=2,
+                    update_epochs=2, total_timesteps=8 * 16 * 6, log_every=2, normalize_obs=True,
+                    runner=SYNC)
+DQN = jra.DQNConfig(env="CartPole-v1", num_envs=8, num_steps=4, total_timesteps=8 * 4 * 6,
+                    buffer_size=8 * 4 * 6, batch_size=32, samples_per_insert=2.0,
+                    learning_starts=64, log_every=2, runner=SYNC)
+
+
+def runner_config(name: str, processes: int) -> dict:
+    """Per process: 1 actor device, 1 learner device; the learner spans both processes. The
+    same global batch in one process: 2 actor devices (as the 2 processes), 2 learner devices."""
+    per = 2 // processes
+    return {"sync": SYNC, "async": jra.AsyncConfig(actor_devices=per, learner_devices=per)}[name]
+
+
+CONFIGS = {name: [dataclasses.replace(c, runner=runner_config(name, 2)) for c in (PPO, DQN)]
+           for name in ("sync", "async")}
+SINGLE = {name: [dataclasses.replace(c, runner=runner_config(name, 1)) for c in (PPO, DQN)]
+          for name in ("sync", "async")}
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -59,15 +65,17 @@ def test_two_processes_match_each_other_and_one_process(tmp_path, devices, runne
     for p, out in zip(procs, outputs):
         assert p.returncode == 0, out[-3000:]
 
-    first, second = (np.load(tmp_path / f"params{i}.npz") for i in range(2))
-    for name in first.files:
-        np.testing.assert_array_equal(first[name], second[name], err_msg=name)  # bitwise
-    # only the main process wrote a run directory
-    assert (tmp_path / "run0" / "metrics.jsonl").exists()
-    assert not (tmp_path / "run1").exists()
+    for c, cfg in enumerate(SINGLE[runner]):
+        first, second = (np.load(tmp_path / f"params{i}_{c}.npz") for i in range(2))
+        for name in first.files:
+            np.testing.assert_array_equal(first[name], second[name], err_msg=name)  # bitwise
+        # only the main process wrote a run directory
+        assert (tmp_path / f"run0_{c}" / "metrics.jsonl").exists()
+        assert not (tmp_path / f"run1_{c}").exists()
 
-    single = jra.train(SINGLE[runner], seed=5, progress=False)  # this process: 4 devices
-    leaves = [np.asarray(x) for x in jax.tree.leaves(single.params)]
-    for i, leaf in enumerate(leaves):
-        np.testing.assert_allclose(first[f"arr_{i}"], leaf, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(first["returns"], single.metrics["episode_return"], rtol=1e-5)
+        single = jra.train(cfg, seed=5, progress=False)  # this process: 4 devices
+        leaves = [np.asarray(x) for x in jax.tree.leaves(single.params)]
+        for i, leaf in enumerate(leaves):
+            np.testing.assert_allclose(first[f"arr_{i}"], leaf, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{cfg.name} leaf {i}")
+        np.testing.assert_allclose(first["returns"], single.metrics["episode_return"], rtol=1e-5)

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_async.envs import env_spec, known_env_ids, make_env
+from jaxrl_async.envs import env_spec, known_env_ids, make_env, merge_moments, obs_sums, set_moments
 
 CLASSIC = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0",
            "MountainCarContinuous-v0"]
@@ -102,18 +102,26 @@ def test_auto_reset_returns_true_final_observation():
     assert np.all(np.abs(next_obs[t, b]) <= 0.05)
 
 
-def test_normalize_observation_tracks_running_moments():
+def test_normalize_observation_sums_raw_obs_and_merges_them_into_moments():
     raw_env, norm_env = make_env("Pendulum-v1"), make_env("Pendulum-v1", normalize_obs=True)
     first_raw, _, (_, raw_next, *_), = _run(raw_env, 50, 8)
     _, state, (_, norm_next, *_), = _run(norm_env, 50, 8)
     seen = np.concatenate([np.asarray(first_raw)[None], raw_next]).reshape(-1, 3)
-    m = state.moments
-    np.testing.assert_allclose(m.mean[0], seen.mean(0), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(m.var[0], seen.var(0), rtol=1e-3, atol=1e-4)
-    assert np.all(np.asarray(m.mean) == np.asarray(m.mean[0]))  # one copy per env, all equal
-    # the last normalised observation is the raw one standardised with the final moments
-    expected = (raw_next[-1] - m.mean[0]) / np.sqrt(m.var[0] + 1e-8)
-    np.testing.assert_allclose(norm_next[-1], np.clip(expected, -10, 10), rtol=1e-4, atol=1e-4)
+    # within a rollout the moments stay frozen (the initial ones: 0 mean, unit variance) ...
+    np.testing.assert_allclose(norm_next[-1], np.clip(raw_next[-1], -10, 10), atol=1e-4)
+    sums = obs_sums(state)  # ... and the wrapper sums every raw observation, over its envs
+    assert float(sums.count) == seen.shape[0]
+    np.testing.assert_allclose(sums.total, seen.sum(0), rtol=1e-4)
+    first = jax.tree.map(lambda x: x[0], state.moments)
+    m = merge_moments(first, sums)  # what a runner does once per rollout, over all shards
+    np.testing.assert_allclose(m.mean, seen.mean(0), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(m.var, seen.var(0), rtol=1e-3, atol=1e-3)
+    obs, state = set_moments(norm_next[-1], state, m)
+    assert np.all(np.asarray(state.moments.mean) == np.asarray(m.mean))  # one copy per env
+    assert float(obs_sums(state).count) == 0
+    # the current observation is the raw one standardised with the merged moments
+    expected = (raw_next[-1] - m.mean) / np.sqrt(m.var + 1e-8)
+    np.testing.assert_allclose(obs, np.clip(expected, -10, 10), rtol=1e-4, atol=1e-4)
 
 
 def test_clip_action_and_flatten():

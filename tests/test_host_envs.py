@@ -145,7 +145,8 @@ def test_a_host_rollout_is_the_jax_rollout_of_the_same_env(devices):
     rollout_key, _ = update_keys(run_key, update)
     policy = algo.policy_params(jax.device_get(state.learner))
     _, expected, expected_sums = rollout(jax_env, algo, policy, carry, rollout_key,
-                                         cfg.num_steps, stream.env_id, version)
+                                         cfg.num_steps, stream.env_id, version,
+                                         update * cfg.num_steps)
 
     assert traj.obs.dtype == np.float32 and traj.obs.shape == (12, 2, 2)
     for name, x, y in zip(traj._fields, traj, expected):

@@ -128,7 +128,8 @@ def make_traj(t0, num_steps, num_envs):
                       reward=time, terminated=zeros, truncated=zeros,
                       next_obs=time[..., None] + 1, extras={},
                       env_id=jnp.broadcast_to(jnp.arange(num_envs), (num_steps, num_envs)),
-                      policy_version=jnp.zeros((num_steps, num_envs), jnp.int32))
+                      policy_version=jnp.zeros((num_steps, num_envs), jnp.int32),
+                      step=time.astype(jnp.int32) % 1000)
 
 
 def test_samples_per_insert_is_fixed_by_the_config():

@@ -23,6 +23,9 @@ class Trajectory(NamedTuple):
     extras: dict[str, jax.Array]  # [T, B, ...] what ``act`` returned (log_prob, value ...)
     env_id: jax.Array  # [T, B] int32 global index of the env (device-count-invariant shuffles)
     policy_version: jax.Array  # [T, B] int32 number of learner updates behind the acting params
+    # [T, B] int32 the env's step index (rollout index * T + t): consecutive within an env's
+    # data unless rollouts were dropped in between (free-running async), which replay cuts at
+    step: Any = None
 
 
 class Algorithm(NamedTuple):

@@ -22,8 +22,12 @@ from jaxrl_async.envs.wrappers import (
     EpisodeStatistics,
     FlattenObservation,
     NormalizeObservation,
+    ObsSums,
     RunningMoments,
+    merge_moments,
     normalize,
+    obs_sums,
+    set_moments,
 )
 
 __all__ = [
@@ -39,8 +43,12 @@ __all__ = [
     "EpisodeStatistics",
     "FlattenObservation",
     "NormalizeObservation",
+    "ObsSums",
     "RunningMoments",
+    "merge_moments",
     "normalize",
+    "obs_sums",
+    "set_moments",
 ]
 
 

@@ -92,31 +92,40 @@ class EpisodeStatistics(Wrapper):
 
 
 class RunningMoments(NamedTuple):
-    """Running mean/variance of observations, one identical copy per env (leading axis B)."""
+    """Mean/variance of observations: one copy per env in the env state (leading axis B, all
+    equal), or a single copy (no env axis) in ``RunState.obs_moments`` and for evaluation."""
 
-    mean: jax.Array  # [B, *obs_shape]
-    var: jax.Array  # [B, *obs_shape]
-    count: jax.Array  # [B]
+    mean: jax.Array  # [B, *obs_shape] or [*obs_shape]
+    var: jax.Array  # [B, *obs_shape] or [*obs_shape]
+    count: jax.Array  # [B] or []
+
+
+class ObsSums(NamedTuple):
+    """Raw observations seen since the moments were last set: count, sum, sum of squares
+    (additive, so shards merge by summing; per env ``[B, ...]`` in the env state)."""
+
+    count: jax.Array  # [B] or []
+    total: jax.Array  # [B, *obs_shape] or [*obs_shape]
+    total_sq: jax.Array  # [B, *obs_shape] or [*obs_shape]
 
 
 class NormalizeState(NamedTuple):
     env_state: Any
-    moments: RunningMoments
+    moments: RunningMoments  # what observations are standardised with (frozen in a rollout)
+    sums: ObsSums  # of the raw observations since ``moments`` were set
+    raw_obs: jax.Array  # [B, *obs_shape] the current observation, raw
 
 
-def _update_moments(m: RunningMoments, obs: jax.Array) -> RunningMoments:
-    """Merge the batch ``obs [B, ...]`` into the running moments (Chan et al.)."""
-    mean, var, count = m.mean[0], m.var[0], m.count[0]
-    batch_mean, batch_var, n = obs.mean(0), obs.var(0), obs.shape[0]
-    delta, total = batch_mean - mean, count + n
-    new_mean = mean + delta * n / total
-    new_var = (var * count + batch_var * n + delta**2 * count * n / total) / total
-    b = obs.shape[0]
-    return RunningMoments(
-        jnp.broadcast_to(new_mean, (b, *new_mean.shape)),
-        jnp.broadcast_to(new_var, (b, *new_var.shape)),
-        jnp.full((b,), total, jnp.float32),
-    )
+def merge_moments(m: RunningMoments, sums: ObsSums) -> RunningMoments:
+    """Merge observation sums (over every shard) into single-copy moments (Chan et al.)."""
+    n = jnp.maximum(sums.count, 1e-8)
+    batch_mean = sums.total / n
+    batch_var = jnp.maximum(sums.total_sq / n - batch_mean**2, 0.0)
+    delta, total = batch_mean - m.mean, m.count + sums.count
+    new_mean = m.mean + delta * sums.count / total
+    new_var = (m.var * m.count + batch_var * sums.count + delta**2 * m.count * sums.count / total
+               ) / total
+    return RunningMoments(new_mean, new_var, total)
 
 
 def normalize(obs: jax.Array, moments: RunningMoments, clip: float = 10.0) -> jax.Array:
@@ -125,11 +134,36 @@ def normalize(obs: jax.Array, moments: RunningMoments, clip: float = 10.0) -> ja
     return jnp.clip(z, -clip, clip)
 
 
-class NormalizeObservation(Wrapper):
-    """Standardise observations with running statistics kept in the env state.
+def _sums_of(obs: jax.Array) -> ObsSums:  # per env, of obs [B, ...]
+    return ObsSums(jnp.ones(obs.shape[:1], jnp.float32), obs, obs**2)
 
-    Being in the env state, the statistics are part of the training state (checkpointed with it).
-    Each device updates them from its own envs.
+
+def obs_sums(state: Any) -> ObsSums | tuple:
+    """The raw-observation sums of an env state, summed over its envs; () unless normalised."""
+    if not isinstance(state, NormalizeState):
+        return ()
+    return jax.tree.map(lambda x: x.sum(0), state.sums)
+
+
+def set_moments(obs: jax.Array, state: Any, moments: RunningMoments) -> tuple[jax.Array, Any]:
+    """(obs, state) acting with the single-copy ``moments`` from now on: every env's copy set,
+    its sums emptied, its current observation standardised anew. Unchanged unless normalised."""
+    if not isinstance(state, NormalizeState):
+        return obs, state
+    b = state.raw_obs.shape[0]
+    copies = jax.tree.map(lambda x: jnp.broadcast_to(x, (b, *x.shape)), moments)
+    empty = jax.tree.map(jnp.zeros_like, state.sums)
+    return normalize(state.raw_obs, copies), state._replace(moments=copies, sums=empty)
+
+
+class NormalizeObservation(Wrapper):
+    """Standardise observations with statistics kept in the env state.
+
+    Within a rollout the statistics are frozen; the wrapper only adds every raw observation to
+    per-env sums (``ObsSums``). Once per rollout the runner merges the sums of every shard (all
+    devices, streams and processes) into the run's single copy (``RunState.obs_moments``,
+    ``merge_moments``) and sets it back with ``set_moments``: every shard acts with the same
+    statistics, whatever the device split.
     """
 
     def __init__(self, env: VecEnv, clip: float = 10.0):
@@ -138,20 +172,21 @@ class NormalizeObservation(Wrapper):
 
     def reset(self, keys: jax.Array):
         obs, env_state = self.env.reset(keys)
-        b = keys.shape[0]
+        b, obs = keys.shape[0], obs.astype(jnp.float32)
         shape = (b, *obs.shape[1:])
         moments = RunningMoments(
             jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32), jnp.full((b,), 1e-4)
         )
-        moments = _update_moments(moments, obs.astype(jnp.float32))
-        return normalize(obs, moments, self.clip), NormalizeState(env_state, moments)
+        state = NormalizeState(env_state, moments, _sums_of(obs), obs)
+        return normalize(obs, moments, self.clip), state
 
     def step(self, keys: jax.Array, state: NormalizeState, action: jax.Array):
         obs, env_state, reward, terminated, truncated, info = self.env.step(
             keys, state.env_state, action
         )
-        moments = _update_moments(state.moments, obs.astype(jnp.float32))
-        final = normalize(info["final_observation"], moments, self.clip)
+        obs = obs.astype(jnp.float32)
+        sums = jax.tree.map(jnp.add, state.sums, _sums_of(obs))
+        final = normalize(info["final_observation"], state.moments, self.clip)
         info = {**info, "final_observation": final}
-        obs = normalize(obs, moments, self.clip)
-        return obs, NormalizeState(env_state, moments), reward, terminated, truncated, info
+        state = NormalizeState(env_state, state.moments, sums, obs)
+        return normalize(obs, state.moments, self.clip), state, reward, terminated, truncated, info

@@ -9,13 +9,17 @@ This module is the one place devices are split into roles and the one place with
 - **Streams.** Each actor device runs ``actors_per_device`` streams, each on its own thread
   with its own slice of the envs (global env ids, so every random key is the one the sync runner
   draws). A learner update consumes one trajectory from each of ``num_streams`` tickets.
-- **Tickets.** Every trajectory has a ticket; the learner takes tickets in order, so the order
-  of data never depends on thread timing. Deterministic mode fixes ticket and params version of
-  every rollout in advance (rollout k of stream s is ticket ``k * streams + s`` and acts with the
-  params of update ``k - lag``): a lock-step schedule that reproduces a run exactly, and with lag
-  0 the sync runner. Free-running mode hands tickets out as actors ask, at most ``queue_size``
-  not yet taken; actors act with the newest params, and a batch staler than ``max_staleness``
-  is dropped or, with ``stale_policy="correct"``, never collected (the actor waits).
+- **Tickets.** Every trajectory has a ticket: rollout k of stream s is ticket
+  ``k * streams + s``, in both modes, so each stream is a FIFO of its own envs' rollouts in
+  time order. An update takes the next batch of every stream, in stream order, so env b's data
+  always lands at position b of the update's trajectory (and in replay row b), whatever the
+  thread timing. Deterministic mode also fixes the params version of every rollout in advance
+  (``acting_version``): a lock-step schedule that reproduces a run exactly, and with lag 0 the
+  sync runner. Free-running mode lets each stream run ahead by its share of ``queue_size``
+  (``Pipeline.reserve``); actors act with the newest params, and a batch staler than
+  ``max_staleness`` is dropped (its stream's envs then have a time gap, which replay's n-step
+  windows do not cross: ``Trajectory.step``) or, with ``stale_policy="correct"``, never
+  collected (the actor waits).
 - **Params.** After every ``sync_every`` updates the learner queues copies of the new params to
   each actor device and publishes them with their version (= updates done) as soon as the
   update is dispatched; every trajectory carries the version that produced it
@@ -60,6 +64,7 @@ from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxrl_async.algos import Algorithm
+from jaxrl_async.envs import merge_moments, obs_sums
 from jaxrl_async.envs.host import is_host_env
 from jaxrl_async.rollout import EnvCarry
 from jaxrl_async.runners.common import (
@@ -76,6 +81,7 @@ from jaxrl_async.runners.common import (
     learn_update,
     learner_spec,
     spmd,
+    with_moments,
 )
 
 THREAD_PREFIX = "jaxrl-async"
@@ -270,11 +276,14 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
         return init_state(env, algo, key, all_ids)
 
     run_state = jax.eval_shape(init, jax.random.key(0))
-    params_packing = Packing.of(algo.policy_params(run_state.learner))
+    params_packing = Packing.of(acting_params(algo, run_state))
 
     def rollout(params, carry, run_key, update, env_id, version):
-        carry, traj, sums = collect(env, algo, params_packing.unpack(params), carry, run_key,
+        policy, moments = params_packing.unpack(params)
+        carry, traj, sums = collect(env, algo, policy, with_moments(carry, moments), run_key,
                                     update, cfg.num_steps, env_id, version)
+        if cfg.normalize_obs:  # the stream's raw-observation sums travel with its episode sums
+            sums = (sums, obs_sums(carry.env_state))
         return carry, split_for_learners(traj, sums, num_learners)
 
     def actor_args(device: Any) -> tuple:
@@ -304,7 +313,7 @@ def compile_with_learner(cfg: Any, algo: Algorithm, where: Layout, init: Callabl
     run_state = jax.eval_shape(init, jax.random.key(0))
     spec = learner_state_spec(algo)
     learner_state = _placed(spec, run_state._replace(env=()), where, _on)
-    params_packing = Packing.of(algo.policy_params(run_state.learner))
+    params_packing = Packing.of(acting_params(algo, run_state))
 
     def update(state: RunState, batches: tuple[jax.Array, ...]):
         pieces = [piece_packing.unpack(batch) for batch in batches]  # this device's share
@@ -312,13 +321,16 @@ def compile_with_learner(cfg: Any, algo: Algorithm, where: Layout, init: Callabl
         sums = jax.tree.map(lambda *xs: sum(xs), *[s for _, s in pieces])
         if axis:
             sums = lax.psum(sums, axis)
+        if cfg.normalize_obs:  # every stream's and device's observations, merged once
+            sums, observed = sums
+            state = state._replace(obs_moments=merge_moments(state.obs_moments, observed))
         staleness = (state.update - traj.policy_version).astype(jnp.float32)
         state, metrics = learn_update(algo, state, traj, sums, cfg.steps_per_update, axis)
         mean, most = staleness.mean(), staleness.max()
         if axis:
             mean, most = lax.pmean(mean, axis), lax.pmax(most, axis)
         metrics = {**metrics, "staleness": mean, "staleness_max": most}
-        return state, metrics, params_packing.pack(algo.policy_params(state.learner))
+        return state, metrics, params_packing.pack(acting_params(algo, state))
 
     batch = jax.ShapeDtypeStruct((piece_packing.size * len(where.all_learner_devices),),
                                  jnp.uint32, sharding=where.batch_sharding)
@@ -332,7 +344,7 @@ def compile_with_learner(cfg: Any, algo: Algorithm, where: Layout, init: Callabl
         return state, jnp.stack([metrics[k].astype(jnp.float32) for k in names]), params
 
     def pack_params(state: RunState) -> jax.Array:
-        return params_packing.pack(algo.policy_params(state.learner))
+        return params_packing.pack(acting_params(algo, state))
 
     options = compiler_options(cfg)
     lowered = list(actors)
@@ -356,7 +368,14 @@ def learner_state_spec(algo: Algorithm) -> RunState:
     trajectories. With several streams and learner devices, learner device ``i`` holds share
     ``i`` of every stream's envs, in stream order (the sync runner: a contiguous range)."""
     return RunState(learner=learner_spec(algo, P(AXIS), P()), env=(), key=P(), update=P(),
-                    last_episode=P())
+                    last_episode=P(), obs_moments=P())
+
+
+def acting_params(algo: Algorithm, state: RunState) -> tuple[Any, Any]:
+    """What the learner publishes to the actors (packed): the policy params and the run's
+    observation statistics (``()`` unless normalize_obs), which actors set into their env
+    states before a rollout (``common.with_moments``)."""
+    return algo.policy_params(state.learner), state.obs_moments
 
 
 def put_global(tree: Any, sharding: Any) -> Any:
@@ -405,14 +424,18 @@ class Pipeline:
 
     KEEP_VERSIONS = 2  # deterministic mode needs the newest two (see ``acting_version``)
 
-    def __init__(self, num_actor_devices: int, queue_size: int):
+    def __init__(self, num_actor_devices: int, queue_size: int, num_streams: int):
         self._cond = threading.Condition()
         self._stopped = False
         self._params: list[dict[int, Any]] = [{} for _ in range(num_actor_devices)]
         self._ready: dict[int, Batch] = {}
-        self._queue_size = queue_size
-        self._reserved = 0  # free-running: tickets handed out
-        self._taken = 0  # tickets the learner took
+        self._streams = num_streams
+        # free-running: stream s may hold this many tickets not yet taken (queue_size in all,
+        # at least one each: a stream the learner waits for can always collect)
+        self._quota = [max(1, queue_size // num_streams + (s < queue_size % num_streams))
+                       for s in range(num_streams)]
+        self._reserved = [0] * num_streams  # free-running: tickets handed out, per stream
+        self._taken = [0] * num_streams  # tickets the learner took, per stream
         self.max_outstanding = 0  # free-running: most tickets handed out and not yet taken
 
     def _wait(self, ready: Callable[[], bool]) -> None:
@@ -455,13 +478,15 @@ class Pipeline:
             version = max(store)
             return version, store[version]
 
-    def reserve(self) -> int:
-        """Free-running: the next ticket, once fewer than ``queue_size`` are outstanding."""
+    def reserve(self, stream: int) -> int:
+        """Free-running: the ticket of ``stream``'s next rollout, once fewer than its share of
+        ``queue_size`` are outstanding."""
         with self._cond:
-            self._wait(lambda: self._reserved - self._taken < self._queue_size)
-            ticket = self._reserved
-            self._reserved += 1
-            self.max_outstanding = max(self.max_outstanding, self._reserved - self._taken)
+            self._wait(lambda: self._reserved[stream] - self._taken[stream] < self._quota[stream])
+            ticket = self._reserved[stream] * self._streams + stream
+            self._reserved[stream] += 1
+            self.max_outstanding = max(self.max_outstanding,
+                                       sum(self._reserved) - sum(self._taken))
             return ticket
 
     def deliver(self, ticket: int, batch: Batch) -> None:
@@ -487,7 +512,7 @@ class Pipeline:
         """The batch of ``ticket`` (waits for it) and how many others are waiting."""
         with self._cond:
             self._wait(lambda: ticket in self._ready)
-            self._taken += 1
+            self._taken[ticket % self._streams] += 1
             self._cond.notify_all()
             return self._ready.pop(ticket), len(self._ready)
 
@@ -513,9 +538,10 @@ def schedule(cfg: Any, stream: Stream, first: int,
             version = acting_version(runner, update)
             params = pipeline.params(stream.device_index, version)
         else:
-            ticket = pipeline.reserve()
+            ticket = pipeline.reserve(stream.index)
             at_least = -1
-            if runner.stale_policy == "correct":  # ticket t is learned in update first + t // S
+            if runner.stale_policy == "correct":  # no drops: rollout t // S of the stream is
+                # learned in update first + t // S
                 at_least = first + ticket // num_streams - runner.max_staleness
             version, params = pipeline.newest_params(stream.device_index, at_least)
         yield update, ticket, version, params
@@ -571,7 +597,7 @@ def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, wher
     ``sync_every`` updates; sends a ``Chunk`` of metrics every ``log_every`` updates.
     ``versions``: the packed params by version, from those published at the start."""
     runner, num_streams = cfg.runner, cfg.runner.num_streams
-    ticket, dropped = 0, 0
+    taken, dropped = [0] * num_streams, 0  # rollouts taken, per stream
 
     def new_chunk(first_update: int) -> Chunk:
         busy = (stats.busy_s, [s.busy_s for s in actor_stats])
@@ -581,13 +607,14 @@ def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, wher
     chunk = new_chunk(first)
     for update in range(first, cfg.num_updates):
         batches, depth = [], 0
-        while len(batches) < num_streams:
-            batch, depth = pipeline.take(ticket)
-            ticket += 1
-            if update - batch.version > runner.max_staleness:  # only when free-running
-                dropped += 1
-                continue
-            batches.append(batch)
+        for s in range(num_streams):  # the next fresh enough batch of every stream, in order
+            while len(batches) == s:
+                batch, depth = pipeline.take(taken[s] * num_streams + s)
+                taken[s] += 1
+                if update - batch.version > runner.max_staleness:  # only when free-running
+                    dropped += 1
+                else:
+                    batches.append(batch)
         data = jax.block_until_ready(tuple(b.data for b in batches))  # busy time: computing only
         del batches
         start = time.perf_counter()
@@ -663,7 +690,7 @@ def abstract_state(cfg: Any) -> RunState:
     state = jax.eval_shape(lambda key: init_state(env, algo, key, env_id), jax.random.key(0))
     if not cfg.runner.deterministic:
         return state
-    size = Packing.of(algo.policy_params(state.learner)).size
+    size = Packing.of(acting_params(algo, state)).size
     return state._replace(behaviour_params=jax.ShapeDtypeStruct((size,), jnp.uint32))
 
 
@@ -738,7 +765,7 @@ def drive(cfg: Any, setup: Setup, callbacks: Callbacks, compile_s: float,
     env part from ``env_state(pipeline, updates done)``) to the callbacks, stop every thread,
     and return the result (or raise ``TrainingInterrupted`` after a Ctrl-C)."""
     where, programs, first, runner = setup.where, setup.programs, setup.first, cfg.runner
-    pipeline = Pipeline(len(where.actor_devices), runner.queue_size)
+    pipeline = Pipeline(len(where.actor_devices), runner.queue_size, len(where.streams))
     events: queue.Queue = queue.Queue()
     actor_stats = [RoleStats() for _ in where.streams]
     learner_stats = RoleStats()

@@ -11,11 +11,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.sharding import Mesh
 
 from jaxrl_async.algos import Algorithm, Trajectory, make_algorithm
 from jaxrl_async.algos.base import is_per_env, with_env_axis
-from jaxrl_async.envs import VecEnv, make_env
+from jaxrl_async.envs import VecEnv, make_env, merge_moments, obs_sums, set_moments
 from jaxrl_async.rollout import EnvCarry, EpisodeSums, episode_metrics, reset, rollout
 
 AXIS = "devices"
@@ -34,6 +35,10 @@ class RunState(NamedTuple):
     # The async runner's deterministic schedule: the (packed) params the actors act with at
     # update ``update`` when they are older than the learner's (lag, sync_every); () otherwise.
     behaviour_params: Any = ()
+    # normalize_obs: the observation statistics of the whole run (one copy, no env axis), merged
+    # from every shard's sums once per rollout (``merge_obs_statistics``) and set back into the
+    # env state, which acts with them; () otherwise.
+    obs_moments: Any = ()
 
 
 class TrainResult(NamedTuple):
@@ -133,9 +138,11 @@ def collect(
     env_id: jax.Array,
     policy_version: jax.Array,
 ) -> tuple[EnvCarry, Trajectory, EpisodeSums]:
-    """The rollout of update number ``update`` (its keys come from ``update_keys``)."""
+    """The rollout of update number ``update`` (its keys come from ``update_keys``; its steps
+    are numbered from ``update * num_steps``)."""
     rollout_key, _ = update_keys(run_key, update)
-    return rollout(env, algo, params, carry, rollout_key, num_steps, env_id, policy_version)
+    return rollout(env, algo, params, carry, rollout_key, num_steps, env_id, policy_version,
+                   jnp.asarray(update, jnp.int32) * num_steps)
 
 
 def learn_update(
@@ -156,22 +163,52 @@ def learn_update(
 
 
 def init_state(env: VecEnv | None, algo: Algorithm, key: jax.Array, env_id: jax.Array,
-               reset_envs: Callable[[jax.Array, jax.Array], Any] | None = None) -> RunState:
+               reset_envs: Callable[[jax.Array, jax.Array], Any] | None = None,
+               axis_name: str | None = None) -> RunState:
     """A fresh run: learner init (``PerEnv`` parts copied for each env of ``env_id``) and env
     reset of the envs ``env_id`` (by ``reset_envs(reset_key, env_id)`` when given: host envs
-    keep their reset seeds there)."""
+    keep their reset seeds there). With ``axis_name`` the envs are one shard of those over it
+    (observation statistics merge over it)."""
     init_key, reset_key, run_key = jax.random.split(key, 3)
     if reset_envs is None:
         env_carry = reset(env, algo, reset_key, env_id)
     else:
         env_carry = reset_envs(reset_key, env_id)
+    moments: Any = ()
+    if isinstance(env_carry, EnvCarry) and hasattr(env_carry.env_state, "moments"):
+        first = jax.tree.map(lambda x: x[0], env_carry.env_state.moments)  # normalize_obs
+        env_carry, moments = merge_obs_statistics(env_carry, first,
+                                                  obs_sums(env_carry.env_state), axis_name)
     return RunState(
         learner=with_env_axis(algo.init(init_key), env_id.shape[0]),
         env=env_carry,
         key=run_key,
         update=jnp.zeros((), jnp.int32),
         last_episode=jnp.full((2,), jnp.nan, jnp.float32),
+        obs_moments=moments,
     )
+
+
+def merge_obs_statistics(carry: EnvCarry, moments: Any, sums: Any,
+                         axis_name: str | None = None) -> tuple[EnvCarry, Any]:
+    """normalize_obs: (carry acting with the new moments, new moments), the sums of raw
+    observations ``sums`` (of this shard; summed over ``axis_name``) merged into the run's
+    ``moments``. Both runners call it once per rollout, so every shard acts with the statistics
+    of all envs. ``(carry, ())`` unchanged when not normalising (``moments == ()``)."""
+    if moments == ():
+        return carry, moments
+    if axis_name:
+        sums = lax.psum(sums, axis_name)
+    moments = merge_moments(moments, sums)
+    return with_moments(carry, moments), moments
+
+
+def with_moments(carry: EnvCarry, moments: Any) -> EnvCarry:
+    """The carry acting with observation statistics ``moments`` (unchanged for ())."""
+    if moments == ():
+        return carry
+    obs, env_state = set_moments(carry.obs, carry.env_state, moments)
+    return carry._replace(obs=obs, env_state=env_state)
 
 
 def learner_spec(algo: Algorithm, per_env: Any, replicated: Any) -> Any:

@@ -42,7 +42,7 @@ from jax.sharding import SingleDeviceSharding
 from jaxrl_async.algos import Algorithm, Trajectory, make_algorithm
 from jaxrl_async.envs import EnvSpec
 from jaxrl_async.envs.host import HostVecEnv, host_env_spec, make_host_env
-from jaxrl_async.rollout import EpisodeSums, env_keys, step_keys
+from jaxrl_async.rollout import EpisodeSums, env_keys, step_index, step_keys
 from jaxrl_async.runners import async_
 from jaxrl_async.runners.async_ import (
     Layout,
@@ -116,7 +116,7 @@ def piece_shapes(cfg: Any, spec: EnvSpec, act_out: Any, width: int) -> tuple:
         obs=obs, action=steps(action.shape, action.dtype), reward=steps((), jnp.float32),
         terminated=steps((), jnp.bool_), truncated=steps((), jnp.bool_), next_obs=obs,
         extras=jax.tree.map(lambda x: steps(x.shape, x.dtype), extras),
-        env_id=steps((), jnp.int32), policy_version=steps((), jnp.int32))
+        env_id=steps((), jnp.int32), policy_version=steps((), jnp.int32), step=steps((), jnp.int32))
     scalar = jax.ShapeDtypeStruct((), jnp.float32)
     return traj, EpisodeSums(scalar, scalar, scalar)
 
@@ -134,18 +134,18 @@ def compile_host_programs(cfg: Any, algo: Algorithm, spec: EnvSpec, where: Layou
                           reset_envs=env_seeds)
 
     run_state = jax.eval_shape(init, jax.random.key(0))
-    params_packing = Packing.of(algo.policy_params(run_state.learner))
+    params_packing = Packing.of(async_.acting_params(algo, run_state))  # no obs statistics
     # The packed params are unpacked inside the policy step: one argument to hand over per call
     # instead of one per leaf (the per-call overhead is what limits a host actor).
     obs = jax.ShapeDtypeStruct((per_stream, *spec.obs_shape), spec.obs_dtype)
     key_data = jax.ShapeDtypeStruct((per_stream, 2), jnp.uint32)
     packed = jax.ShapeDtypeStruct((params_packing.size,), jnp.uint32)
     acted = Packing.of(jax.eval_shape(lambda p, o, k: policy_step(algo, p, o, k),
-                                      jax.eval_shape(params_packing.unpack, packed), obs,
+                                      jax.eval_shape(params_packing.unpack, packed)[0], obs,
                                       key_data))
 
     def policy(params, obs, key_data):
-        return acted.pack(policy_step(algo, params_packing.unpack(params), obs, key_data))
+        return acted.pack(policy_step(algo, params_packing.unpack(params)[0], obs, key_data))
 
     def keys(run_key, update, env_id):
         return act_keys(run_key, update, cfg.num_steps, env_id)
@@ -250,7 +250,8 @@ class HostActor:
         time_batch = reward.shape  # [T, B]
         traj = Trajectory(obs, action, reward, terminated, truncated, next_obs, extras,
                           env_id=np.broadcast_to(self.env_id.astype(np.int32), time_batch),
-                          policy_version=np.full(time_batch, version, np.int32))
+                          policy_version=np.full(time_batch, version, np.int32),
+                          step=step_index(int(update) * self.num_steps, *time_batch))
         return traj, EpisodeSums(*sums.astype(np.float32))
 
 

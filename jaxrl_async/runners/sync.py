@@ -22,6 +22,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxrl_async.envs import obs_sums
 from jaxrl_async.runners.common import (
     AXIS,
     Callbacks,
@@ -36,6 +37,7 @@ from jaxrl_async.runners.common import (
     init_state,
     learn_update,
     learner_spec,
+    merge_obs_statistics,
     to_numpy,
 )
 from jaxrl_async.runners.common import spmd as common_spmd
@@ -62,7 +64,7 @@ def program(cfg: Any) -> Program:
         return offset + jnp.arange(local_envs, dtype=jnp.int32)
 
     def init(key: jax.Array) -> RunState:
-        return init_state(env, algo, key, env_id())
+        return init_state(env, algo, key, env_id(), axis_name=axis)
 
     def update(state: RunState) -> tuple[RunState, dict]:
         params = algo.policy_params(state.learner)
@@ -70,11 +72,14 @@ def program(cfg: Any) -> Program:
                                         cfg.num_steps, env_id(), state.update)
         if axis:
             sums = lax.psum(sums, axis)
+        env_carry, moments = merge_obs_statistics(env_carry, state.obs_moments,
+                                                  obs_sums(env_carry.env_state), axis)
+        state = state._replace(obs_moments=moments)
         return learn_update(algo, state._replace(env=env_carry), traj, sums,
                             cfg.steps_per_update, axis)
 
     state_spec = RunState(learner=learner_spec(algo, P(AXIS), P()), env=P(AXIS), key=P(),
-                          update=P(), last_episode=P())
+                          update=P(), last_episode=P(), obs_moments=P())
     return Program(init, update, num_devices, state_spec)
 
 

@@ -46,7 +46,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jaxrl_async as jra  # noqa: E402
-from jaxrl_async.runners import async_  # noqa: E402
+from jaxrl_async.runners import actor_learner, placement  # noqa: E402
 
 
 def per_iteration(fn, n: int) -> float:
@@ -86,7 +86,7 @@ def main() -> None:
                 log_every=10)
     cfg = jra.PPOConfig(**base, runner=jra.AsyncConfig(actor_devices=1, learner_devices=1))
     anakin = jra.PPOConfig(**base, runner=jra.SyncConfig(num_devices=2))
-    setup = async_.prepare(cfg, jax.random.key(0))
+    setup = actor_learner.prepare(cfg, jax.random.key(0))
     actor, learner = setup.programs.actor[0], setup.programs.learner
     where, stream = setup.where, setup.where.streams[0]
     state, carry, run_key = setup.learner_state, setup.carries[0], setup.run_keys[0]
@@ -95,7 +95,7 @@ def main() -> None:
     def rollout(k):
         nonlocal carry
         carry, pieces = actor(params, carry, run_key, np.int32(k), stream.env_id, np.int32(k))
-        return async_.to_learner(pieces, where)
+        return placement.to_learner(pieces, where)
 
     batch = jax.block_until_ready(rollout(0))
 
@@ -134,7 +134,7 @@ def main() -> None:
             thread.join()
 
     compiled = setup.programs  # the pipeline reuses the programs timed above
-    async_.compile_programs = lambda *args: compiled
+    actor_learner.compile_programs = lambda *args: compiled
 
     def pipeline(n, config=cfg):
         return jra.train(config, seed=0, progress=False).timing["train_s"] / config.num_updates

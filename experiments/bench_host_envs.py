@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 
 import jaxrl_async as jra  # noqa: E402
 from jaxrl_async.envs import make_host_env  # noqa: E402
-from jaxrl_async.runners import async_, host_actors  # noqa: E402
+from jaxrl_async.runners import host_actors, placement  # noqa: E402
 
 THREADS = (1, 2, 4)
 
@@ -76,7 +76,7 @@ class Blocking:
         from jaxrl_async.algos import make_algorithm
         from jaxrl_async.envs import env_spec
 
-        self.where = async_.layout(cfg, jax.local_devices())
+        self.where = placement.layout(cfg, jax.local_devices())
         spec = env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
         self.programs = host_actors.compile_host_programs(cfg, make_algorithm(cfg, spec), spec,
                                                           self.where)
@@ -99,7 +99,7 @@ class Blocking:
         traj, sums = self.actor.rollout(self.params, self.run_key, k, k)
         pieces = [host_actors.pack_numpy(self.programs.piece, p)
                   for p in host_actors.split_for_learners(traj, sums, 1)]
-        return async_.to_learner(pieces, self.where)
+        return placement.to_learner(pieces, self.where)
 
     def rollouts(self, n: int) -> None:
         for k in range(n):

@@ -23,10 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxrl_async import replay as rb
+from jaxrl_async.algos import replay as replay_buffer
 from jaxrl_async.algos.base import PerEnv, with_env_axis
+from jaxrl_async.algos.replay import OffPolicyConfig
 from jaxrl_async.algos.returns import n_step_return
-from jaxrl_async.replay import OffPolicyConfig
 
 
 def timed_pair(ours, theirs, args_ours, args_theirs, repeats: int) -> tuple[float, float]:
@@ -55,10 +55,10 @@ def main() -> None:
     B, T, n, ops = args.num_envs, args.num_steps, args.n_step, args.ops
 
     obs = jnp.zeros(args.obs_size)
-    item = rb.Transition(obs, jnp.zeros((), jnp.int32), 0.0, False, False, obs)
+    item = replay_buffer.Transition(obs, jnp.zeros((), jnp.int32), 0.0, False, False, obs)
     rollout = jax.tree.map(lambda x: jnp.ones((T, B, *jnp.shape(x)), jnp.asarray(x).dtype), item)
 
-    ours = with_env_axis(PerEnv(rb.init(item, args.capacity // B)), B).value
+    ours = with_env_axis(PerEnv(replay_buffer.init(item, args.capacity // B)), B).value
     warnings.filterwarnings("ignore", message="Setting max_size dynamically")
     fbx = flashbax.make_trajectory_buffer(
         add_batch_size=B, sample_batch_size=args.batch_size, sample_sequence_length=n,
@@ -73,14 +73,15 @@ def main() -> None:
         return rollout._replace(obs=rollout.obs + f, reward=rollout.reward + f)
 
     def ours_insert(buffer):
-        return lax.fori_loop(0, ops, lambda i, b: rb.insert(b, fresh(i)), buffer)
+        return lax.fori_loop(0, ops, lambda i, b: replay_buffer.insert(b, fresh(i)), buffer)
 
     def fbx_insert(state):
         return lax.fori_loop(0, ops, lambda i, s: fbx.add(s, batch_major(fresh(i))), state)
 
     # fill both, then time sampling
     for _ in range(args.capacity // (B * T)):
-        ours, fbx_state = rb.insert(ours, rollout), fbx.add(fbx_state, batch_major(rollout))
+        ours = replay_buffer.insert(ours, rollout)
+        fbx_state = fbx.add(fbx_state, batch_major(rollout))
     env_id = jnp.arange(B)
 
     cfg = OffPolicyConfig(num_envs=B, num_steps=T, buffer_size=args.capacity, n_step=n,
@@ -92,7 +93,7 @@ def main() -> None:
 
     def ours_sample(buffer, key):  # the n-step batch the learner takes
         def one(acc, k):
-            batch = rb.sample_batch(buffer, k, env_id, cfg)
+            batch = replay_buffer.sample_batch(buffer, k, env_id, cfg)
             return acc + total(batch._replace(key=None)), None
         return lax.scan(one, 0.0, jax.random.split(key, ops))[0]
 

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_async import runners
 from jaxrl_async.config import to_dict
-from jaxrl_async.runners.common import Callbacks, RunState, build, init_state, runner_module
+from jaxrl_async.runners.state import Callbacks, RunState
 
 CHECKPOINTS = "checkpoints"
 
@@ -81,14 +81,8 @@ def to_arrays(state: RunState) -> tuple[dict, dict[str, str]]:
 
 def abstract_state(cfg: Any) -> RunState:
     """Shapes and dtypes of the full (all devices) run state ``cfg`` trains: the template a
-    checkpoint is checked against and restored into (the runner's ``abstract_state`` when it
-    has one, else ``init_state``'s layout with every env)."""
-    runner = runner_module(cfg)
-    if hasattr(runner, "abstract_state"):
-        return runner.abstract_state(cfg)
-    env, algo = build(cfg)
-    env_id = jnp.arange(cfg.num_envs, dtype=jnp.int32)
-    return jax.eval_shape(lambda key: init_state(env, algo, key, env_id), jax.random.key(0))
+    checkpoint is checked against and restored into (``runners.abstract_state``)."""
+    return runners.abstract_state(cfg)
 
 
 def _template(cfg: Any) -> tuple[RunState, dict[tuple[str, ...], jax.ShapeDtypeStruct]]:

@@ -19,15 +19,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jaxrl_async import config as C
+from jaxrl_async.config import AsyncConfig, SyncConfig, field_docs
 
 
 def runner_configs() -> dict[str, type]:
     """``--runner`` choices."""
-    runners: dict[str, type] = {"sync": C.SyncConfig}
-    if hasattr(C, "AsyncConfig"):
-        runners["async"] = C.AsyncConfig
-    return runners
+    return {"sync": SyncConfig, "async": AsyncConfig}
 
 
 def algo_configs() -> dict[str, type]:
@@ -58,7 +55,7 @@ def _number(kind: type):
 
 def add_fields(group: Any, cls: type, skip: tuple[str, ...] = ()) -> None:
     """One flag per dataclass field of ``cls``, help from its docstring, default shown."""
-    docs = C.field_docs(cls)
+    docs = field_docs(cls)
     for f in dataclasses.fields(cls):
         if f.name in skip or dataclasses.is_dataclass(f.default):
             continue
@@ -211,7 +208,7 @@ def cpu_devices_for_roles(args: argparse.Namespace, base: Any = None) -> None:
     if getattr(args, "runner", base.runner.name if base is not None else "sync") != "async":
         return
     resumed = base is not None and base.runner.name == "async"
-    defaults = base.runner if resumed else C.AsyncConfig()
+    defaults = base.runner if resumed else AsyncConfig()
     roles = (getattr(args, "actor_devices", defaults.actor_devices)
              + getattr(args, "learner_devices", defaults.learner_devices))
     flags = os.environ.get("XLA_FLAGS", "")
@@ -252,11 +249,11 @@ def _eval_record(result: dict[str, Any]) -> dict[str, Any]:
 
 def cmd_train(argv: list[str]) -> int:
     args = train_parser(_algo_of(argv)).parse_args(argv)
-    from jaxrl_async import logging as sinks
+    from jaxrl_async import sinks
     from jaxrl_async.checkpoint import CheckpointError
     from jaxrl_async.distributed import is_main_process
     from jaxrl_async.evaluate import evaluate
-    from jaxrl_async.runners.common import TrainingInterrupted
+    from jaxrl_async.runners.state import TrainingInterrupted
     from jaxrl_async.train import default_run_dir, load_config, summary, train
 
     if wants_distributed(args):  # before anything starts JAX's backend
@@ -322,7 +319,7 @@ def _parse_range(text: str) -> tuple[str, Any]:
 
 def cmd_sweep(argv: list[str]) -> int:
     args = sweep_parser(_algo_of(argv)).parse_args(argv)
-    from jaxrl_async import logging as sinks
+    from jaxrl_async import sinks
     from jaxrl_async.config import to_dict
     from jaxrl_async.sweep import check_sweepable, random_search, sweep, use_cpu_cores
 
@@ -385,8 +382,7 @@ def _finite(x: float) -> float:
 
 def cmd_eval(argv: list[str]) -> int:
     args = eval_parser().parse_args(argv)
-    from jaxrl_async import checkpoint
-    from jaxrl_async import logging as sinks
+    from jaxrl_async import checkpoint, sinks
     from jaxrl_async.evaluate import evaluate, save_gif
     from jaxrl_async.train import load_config
 

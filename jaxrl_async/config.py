@@ -166,39 +166,6 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return out
 
 
-def known_configs() -> dict[str, type]:
-    """Every config class by name: the algorithms' (from the registry) and the runners'."""
-    from jaxrl_async.algos import REGISTRY
-
-    classes = {entry[0].__name__: entry[0] for entry in REGISTRY.values()}
-    for name in ("SyncConfig", "AsyncConfig"):
-        if name in globals():
-            classes[name] = globals()[name]
-    return classes
-
-
-def from_dict(data: dict[str, Any], ignore: Sequence[str] = ()) -> Any:
-    """Rebuild (and so validate) a config written by ``to_dict``; keys in ``ignore`` are
-    skipped, any other unknown key is an error."""
-    classes = known_configs()
-    cls = classes.get(data.get("_type"))
-    if cls is None:
-        raise ValueError(f"unknown config type {data.get('_type')!r}; known: {sorted(classes)}")
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(data.keys() - names - {"_type", *ignore})
-    if unknown:
-        raise ValueError(f"{cls.__name__} has no field(s) {', '.join(unknown)}")
-    kwargs = {}
-    for name in names & data.keys():
-        value = data[name]
-        if isinstance(value, dict) and "_type" in value:
-            value = from_dict(value)
-        elif isinstance(value, list):
-            value = tuple(value)
-        kwargs[name] = value
-    return cls(**kwargs)
-
-
 # --------------------------------------------------------------------------- shared configs
 @config
 class SyncConfig:
@@ -214,7 +181,7 @@ class SyncConfig:
 @config
 class AsyncConfig:
     """The actor/learner runner: rollouts on actor devices, updates on learner devices, a
-    host pipeline between them (see ``runners/async_.py``)."""
+    host pipeline between them (see ``runners/actor_learner.py``)."""
 
     actor_devices: int = static(1, positive_int)
     """Local devices that run rollouts (the first ones)."""

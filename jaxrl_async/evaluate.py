@@ -22,7 +22,7 @@ from jax import lax
 from jaxrl_async.algos import make_algorithm
 from jaxrl_async.envs import RunningMoments, make_env, normalize
 from jaxrl_async.rollout import env_keys
-from jaxrl_async.runners.common import RunState, TrainResult
+from jaxrl_async.runners.state import RunState, TrainResult
 
 
 def obs_moments(state: RunState) -> RunningMoments | None:

@@ -34,9 +34,9 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from jaxrl_async.config import hyper_fields, static_fields
-from jaxrl_async.logging import window_return
 from jaxrl_async.runners import sync
 from jaxrl_async.runners.common import build, check_devices, compiler_options
+from jaxrl_async.sinks import window_return
 
 AXIS = "runs"
 

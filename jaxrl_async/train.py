@@ -13,17 +13,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxrl_async import checkpoint
-from jaxrl_async import logging as sinks
-from jaxrl_async.config import from_dict, to_dict
+from jaxrl_async import checkpoint, runners, sinks
+from jaxrl_async.algos import from_dict
+from jaxrl_async.config import to_dict
 from jaxrl_async.envs import is_host_env
 from jaxrl_async.runners import sync
-from jaxrl_async.runners.common import (
-    Callbacks,
-    TrainingInterrupted,
-    TrainResult,
-    runner_module,
-)
+from jaxrl_async.runners.state import Callbacks, TrainingInterrupted, TrainResult
 
 
 def make_train(cfg: Any) -> Callable[[jax.Array], TrainResult]:
@@ -126,7 +121,7 @@ def train(
 
     interrupted = None
     try:
-        result = runner_module(cfg).run(cfg, jax.random.key(seed), fanout, state=state)
+        result = runners.run(cfg, jax.random.key(seed), fanout, state=state)
     except TrainingInterrupted as e:
         interrupted, result = e, e.result
     finally:

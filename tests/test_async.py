@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
+from jaxrl_async import runners
 from jaxrl_async.cli import config_from_args, train_parser
-from jaxrl_async.logging import final_return
-from jaxrl_async.runners import async_
-from jaxrl_async.runners.common import Callbacks
+from jaxrl_async.runners import actor_learner, pipeline, placement
+from jaxrl_async.runners.state import Callbacks
+from jaxrl_async.sinks import final_return
 
 SMALL = dict(env="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=2, update_epochs=2,
              total_timesteps=8 * 16 * 8, log_every=3)
@@ -34,7 +35,7 @@ def ppo(runner: dict, **kw) -> jra.PPOConfig:
 def reuse_compiled():
     """Compile once per config and device layout in this module: the programs depend on the
     runner only through where the actors and learners are, not on its schedule."""
-    cache, compile_programs = {}, async_.compile_programs
+    cache, compile_programs = {}, actor_learner.compile_programs
 
     def cached(cfg, env, algo, where):
         r = cfg.runner
@@ -48,13 +49,13 @@ def reuse_compiled():
         return cache[key]
 
     patch = pytest.MonkeyPatch()
-    patch.setattr(async_, "compile_programs", cached)
+    patch.setattr(actor_learner, "compile_programs", cached)
     yield
     patch.undo()
 
 
 def runner_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith(async_.THREAD_PREFIX)]
+    return [t for t in threading.enumerate() if t.name.startswith(pipeline.THREAD_PREFIX)]
 
 
 def assert_same_run(a, b, rtol=0.0, atol=0.0, names=None):
@@ -77,7 +78,7 @@ def sync_run():
     (dict(lag=0, max_staleness=0, actors_per_device=2, learner_devices=2), 3),
 ], ids=["shared-device", "2-streams-2-learners"])
 def test_lag_0_reproduces_the_sync_runner(sync_run, runner, devices):
-    out = async_.run(ppo(runner), jax.random.key(3), devices=jax.local_devices()[:devices])
+    out = runners.run(ppo(runner), jax.random.key(3), devices=jax.local_devices()[:devices])
     assert_same_run(sync_run, out, rtol=1e-5, atol=1e-6, names=sync_run.metrics)
     np.testing.assert_allclose(sync_run.state.env.obs, out.state.env.obs, rtol=1e-5, atol=1e-6)
     assert int(out.state.update) == sync_run.metrics["env_steps"].size
@@ -88,7 +89,7 @@ def test_lag_0_reproduces_the_sync_runner(sync_run, runner, devices):
 def test_deterministic_mode_reproduces_a_run_exactly():
     # 2 actor streams, 2 learner devices, lag 1, params pushed every 2 updates
     cfg = ppo(dict(actors_per_device=2, learner_devices=2, lag=1, sync_every=2, max_staleness=2))
-    one, two = (async_.run(cfg, jax.random.key(5), devices=jax.local_devices()[:3])
+    one, two = (runners.run(cfg, jax.random.key(5), devices=jax.local_devices()[:3])
                 for _ in range(2))
     assert_same_run(one, two)  # bit for bit
     # rollout k acts with the params of update k - 1, as pushed every 2 updates
@@ -116,7 +117,7 @@ def test_free_running_bounds_memory_and_staleness(stale_policy, max_staleness):
     cfg = ppo(dict(deterministic=False, lag=0, actors_per_device=2, queue_size=3,
                    max_staleness=max_staleness, stale_policy=stale_policy), **LONG)
     live = LiveBuffers()
-    out = async_.run(cfg, jax.random.key(0), live)
+    out = runners.run(cfg, jax.random.key(0), live)
     assert out.timing["max_outstanding"] <= cfg.runner.queue_size
     assert out.metrics["staleness_max"].max() <= max_staleness
     assert out.metrics["episode_return"].size == cfg.num_updates
@@ -160,7 +161,7 @@ def failing(fn, after: int, raised_at: list):
 @pytest.mark.parametrize("role", ["actor", "learner"])
 def test_an_exception_in_a_thread_reaches_the_caller(monkeypatch, role):
     cfg = ppo(dict(actors_per_device=2), **LONG)
-    compile_programs, raised_at = async_.compile_programs, []
+    compile_programs, raised_at = actor_learner.compile_programs, []
 
     def with_failure(*args):
         programs = compile_programs(*args)
@@ -168,13 +169,13 @@ def test_an_exception_in_a_thread_reaches_the_caller(monkeypatch, role):
             return programs._replace(actor=[failing(programs.actor[0], 4, raised_at)])
         return programs._replace(learner=failing(programs.learner, 4, raised_at))
 
-    monkeypatch.setattr(async_, "compile_programs", with_failure)
+    monkeypatch.setattr(actor_learner, "compile_programs", with_failure)
     key = jax.random.key(0)
-    async_.prepare(cfg, key)  # compiled (and cached) before counting buffers
+    actor_learner.prepare(cfg, key)  # compiled (and cached) before counting buffers
     gc.collect()
     threads_before, buffers_before = set(threading.enumerate()), len(jax.live_arrays())
     with pytest.raises(Boom) as error:
-        async_.run(cfg, key)
+        runners.run(cfg, key)
     assert time.perf_counter() - raised_at[0] < 3.0
     text = "".join(traceback.format_tb(error.value.__traceback__))
     assert "in step" in text and f"{role}_loop" in text  # the original traceback
@@ -192,7 +193,7 @@ class InterruptAtFirstMetrics(Callbacks):
 def test_ctrl_c_stops_every_thread():
     cfg = ppo(dict(actors_per_device=2), **LONG)
     with pytest.raises(KeyboardInterrupt):
-        async_.run(cfg, jax.random.key(0), InterruptAtFirstMetrics())
+        runners.run(cfg, jax.random.key(0), InterruptAtFirstMetrics())
     assert runner_threads() == []
 
 
@@ -226,8 +227,8 @@ def test_too_many_devices_is_refused_before_anything_starts(devices):
 
 def test_device_split(devices):
     cfg = ppo(dict(actor_devices=1, learner_devices=2))
-    assert async_.split_devices(cfg, devices) == ([devices[0]], devices[1:3])
-    assert async_.split_devices(ppo({}), devices[:1]) == ([devices[0]], [devices[0]])
+    assert placement.split_devices(cfg, devices) == ([devices[0]], devices[1:3])
+    assert placement.split_devices(ppo({}), devices[:1]) == ([devices[0]], [devices[0]])
 
 
 def test_cli_builds_an_async_config():
@@ -244,7 +245,7 @@ def test_packing_is_exact():
             "i": np.array([-3, 2**31 - 1], np.int32),
             "b": np.array([True, False]), "u8": np.arange(3, dtype=np.uint8),
             "h": np.array([0.1], np.float16)}
-    packing = async_.Packing.of(tree)
+    packing = placement.Packing.of(tree)
     back = jax.jit(lambda t: packing.unpack(packing.pack(t)))(tree)
     for name in tree:
         assert back[name].dtype == tree[name].dtype

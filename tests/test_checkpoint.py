@@ -17,7 +17,7 @@ import pytest
 
 import jaxrl_async as jra
 from jaxrl_async import checkpoint
-from jaxrl_async.runners.common import Callbacks
+from jaxrl_async.runners.state import Callbacks
 
 REPO = Path(__file__).resolve().parents[1]
 # The async runner's wall-clock measurements: not part of a run's outcome.

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
-from jaxrl_async import replay as rb
+from jaxrl_async import runners
+from jaxrl_async.algos import replay as replay_buffer
 from jaxrl_async.evaluate import obs_moments
-from jaxrl_async.runners import async_
 
 UPDATES, ENVS, STEPS = 24, 4, 8
 GAMMA, N = 0.9, 3
@@ -27,7 +27,7 @@ def free_running_dqn(stale_policy: str, max_staleness: int) -> jra.DQNConfig:
                          gamma=GAMMA, log_every=UPDATES, runner=runner)
 
 
-def reference_n_step(row: rb.Transition, start: int) -> tuple[float, float, np.ndarray]:
+def reference_n_step(row: replay_buffer.Transition, start: int) -> tuple[float, float, np.ndarray]:
     """(return, discount, next_obs) of the window at ``start``, by hand: it ends at an episode's
     end, after N steps, or before a jump in the step index."""
     ret, k = 0.0, 0
@@ -46,7 +46,7 @@ def reference_n_step(row: rb.Transition, start: int) -> tuple[float, float, np.n
 @pytest.mark.parametrize("stale_policy, max_staleness", [("drop", 0), ("correct", 1)])
 def test_free_running_replay_rows_hold_one_env_in_order(stale_policy, max_staleness):
     cfg = free_running_dqn(stale_policy, max_staleness)
-    out = async_.run(cfg, jax.random.key(0))
+    out = runners.run(cfg, jax.random.key(0))
     replay = jax.device_get(out.state.learner.replay.value)
     assert int(replay.size[0]) == STEPS * UPDATES and int(replay.pos[0]) == 0  # the whole run
     dropped = int(out.metrics["dropped_batches"][-1])
@@ -66,7 +66,7 @@ def test_free_running_replay_rows_hold_one_env_in_order(stale_policy, max_stalen
         np.testing.assert_array_equal(row.obs[1:][~ends], row.next_obs[:-1][~ends])
 
     starts = np.arange(STEPS * UPDATES - N + 1)
-    windows = jax.jit(rb.n_step_windows, static_argnums=2)(
+    windows = jax.jit(replay_buffer.n_step_windows, static_argnums=2)(
         out.state.learner.replay.value, jnp.broadcast_to(jnp.asarray(starts), (ENVS, len(starts))),
         N, GAMMA)
     _, _, ret, discount, next_obs = jax.device_get(windows)
@@ -114,4 +114,4 @@ def test_two_devices_normalise_like_one(one_device):
 def test_async_streams_at_lag_0_normalise_like_sync(one_device, devices):
     cfg = dataclasses.replace(PENDULUM, runner=jra.AsyncConfig(
         lag=0, max_staleness=0, actors_per_device=2, learner_devices=2))
-    assert_same_params(async_.run(cfg, jax.random.key(1), devices=devices[:3]), one_device)
+    assert_same_params(runners.run(cfg, jax.random.key(1), devices=devices[:3]), one_device)

@@ -20,10 +20,10 @@ from jaxrl_async.algos import make_algorithm
 from jaxrl_async.config import to_dict
 from jaxrl_async.envs import EnvSpec, VecEnv, env_spec, make_env, make_host_env
 from jaxrl_async.envs.wrappers import EpisodeStatistics
-from jaxrl_async.logging import final_return
 from jaxrl_async.rollout import EnvCarry, rollout
-from jaxrl_async.runners import async_, host_actors
+from jaxrl_async.runners import actor_learner, host_actors, pipeline, placement
 from jaxrl_async.runners.common import update_keys
+from jaxrl_async.sinks import final_return
 
 COUNTER = "jaxrl-test/Counter-v0"
 EXPLODING = "jaxrl-test/Exploding-v0"
@@ -112,7 +112,7 @@ def reuse_compiled():
 
 
 def runner_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith(async_.THREAD_PREFIX)]
+    return [t for t in threading.enumerate() if t.name.startswith(pipeline.THREAD_PREFIX)]
 
 
 # --------------------------------------------------------------------------- trajectories
@@ -121,7 +121,7 @@ def test_a_host_rollout_is_the_jax_rollout_of_the_same_env(devices):
     # Stream 1 of 2 (global env ids 2, 3), two learner devices: the trajectory, episode sums
     # and acting keys are those of rollout.rollout on the same env in JAX, truncation included.
     cfg = ppo(COUNTER, dict(actors_per_device=2, learner_devices=2), num_steps=12)
-    where = async_.layout(cfg, devices[:3])
+    where = placement.layout(cfg, devices[:3])
     spec = env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
     algo = make_algorithm(cfg, spec)
     programs = host_actors.compile_host_programs(cfg, algo, spec, where)
@@ -180,7 +180,7 @@ def test_a_seed_reproduces_a_run_whatever_the_vectorization():
     # 2 streams of 2 envs, lag 1: deterministic mode is a lock-step schedule, the envs are
     # seeded per env id, so two runs agree bit for bit, gymnasium's 'async' vector env too.
     one, two, in_processes = (
-        async_.run(ppo("CartPole-v1", dict(actors_per_device=2, host_vectorization=mode)),
+        actor_learner.run(ppo("CartPole-v1", dict(actors_per_device=2, host_vectorization=mode)),
                    jax.random.key(4), devices=jax.local_devices()[:2])
         for mode in ("sync", "sync", "async"))
     for other in (two, in_processes):
@@ -202,7 +202,7 @@ def test_an_env_that_raises_reaches_the_caller(mode):
               total_timesteps=4 * 16 * 50)
     threads_before = set(threading.enumerate())
     with pytest.raises(RuntimeError, match="env exploded at step 25"):
-        async_.run(cfg, jax.random.key(0), devices=jax.local_devices()[:2])
+        actor_learner.run(cfg, jax.random.key(0), devices=jax.local_devices()[:2])
     assert runner_threads() == [] and set(threading.enumerate()) <= threads_before
     assert multiprocessing.active_children() == []  # the 'async' env workers are gone
 

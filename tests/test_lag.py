@@ -10,8 +10,8 @@ import pytest
 import jaxrl_async as jra
 from jaxrl_async.algos import ppo, recurrent_ppo
 from jaxrl_async.envs import make_env
-from jaxrl_async.logging import final_return
 from jaxrl_async.networks import RecurrentActorCritic, actor_critic_for
+from jaxrl_async.sinks import final_return
 
 SMALL = jra.PPOConfig(env="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=2,
                       update_epochs=2, total_timesteps=8 * 16 * 6, log_every=3)

@@ -8,25 +8,26 @@ import pytest
 
 import jaxrl_async as jra
 import jaxrl_async.config
-from jaxrl_async import replay as rb
+from jaxrl_async.algos import replay as replay_buffer
 from jaxrl_async.algos.base import PerEnv, Trajectory, with_env_axis
 from jaxrl_async.algos.returns import n_step_return
 
-insert = jax.jit(rb.insert)
-sample = jax.jit(rb.sample, static_argnums=(3, 4))
-gather = jax.jit(rb.gather)
+insert = jax.jit(replay_buffer.insert)
+sample = jax.jit(replay_buffer.sample, static_argnums=(3, 4))
+gather = jax.jit(replay_buffer.gather)
 
 
-def ring(num_envs: int, capacity: int) -> rb.Replay:
+def ring(num_envs: int, capacity: int) -> replay_buffer.Replay:
     """Rings of integer stamps: item = 1000 * env + time, so every sample says where it was."""
-    return with_env_axis(PerEnv(rb.init(jnp.zeros((), jnp.int32), capacity)), num_envs).value
+    empty = replay_buffer.init(jnp.zeros((), jnp.int32), capacity)
+    return with_env_axis(PerEnv(empty), num_envs).value
 
 
 def stamps(t0: int, num_steps: int, num_envs: int) -> jax.Array:  # [T, B]
     return 1000 * jnp.arange(num_envs)[None] + t0 + jnp.arange(num_steps)[:, None]
 
 
-def fill(replay: rb.Replay, num_inserts: int, num_steps: int) -> rb.Replay:
+def fill(replay: replay_buffer.Replay, num_inserts: int, num_steps: int) -> replay_buffer.Replay:
     num_envs = replay.pos.shape[0]
     for i in range(num_inserts):
         replay = insert(replay, stamps(i * num_steps, num_steps, num_envs))
@@ -136,14 +137,15 @@ def test_samples_per_insert_is_fixed_by_the_config():
     cfg = jra.DQNConfig(num_envs=2, num_steps=4, batch_size=4, samples_per_insert=3.0,
                         buffer_size=64, learning_starts=16, n_step=2, gamma=0.5)
     assert cfg.gradient_steps == 3 * 8 // 4
-    item = rb.Transition(jnp.zeros(1), jnp.zeros((), jnp.int32), 0.0, False, False, jnp.zeros(1))
-    replay = with_env_axis(PerEnv(rb.init(item, cfg.capacity_per_env)), 2).value
+    item = replay_buffer.Transition(jnp.zeros(1), jnp.zeros((), jnp.int32), 0.0, False, False,
+                                    jnp.zeros(1))
+    replay = with_env_axis(PerEnv(replay_buffer.init(item, cfg.capacity_per_env)), 2).value
 
     def count_step(seen, batch):  # a "gradient step" that records the batch
         return seen + 1, {"obs": batch.obs[:, 0], "ret": batch.n_step_return,
                           "next": batch.next_obs[:, 0]}
 
-    learn = jax.jit(rb.insert_then_train, static_argnums=0)
+    learn = jax.jit(replay_buffer.insert_then_train, static_argnums=0)
     steps = jnp.int32(0)
     for update in range(4):
         steps, replay, metrics = learn(count_step, steps, replay, make_traj(4 * update, 4, 2),
@@ -160,13 +162,13 @@ def test_samples_per_insert_is_fixed_by_the_config():
 def test_a_batch_does_not_depend_on_which_envs_share_a_device():
     cfg = jra.SACConfig(num_envs=2, num_steps=4, batch_size=8, samples_per_insert=8.0,
                         buffer_size=64, learning_starts=8, n_step=2)
-    item = rb.Transition(jnp.zeros(1), jnp.zeros(1), 0.0, False, False, jnp.zeros(1))
-    both = with_env_axis(PerEnv(rb.init(item, cfg.capacity_per_env)), 2).value
+    item = replay_buffer.Transition(jnp.zeros(1), jnp.zeros(1), 0.0, False, False, jnp.zeros(1))
+    both = with_env_axis(PerEnv(replay_buffer.init(item, cfg.capacity_per_env)), 2).value
     for update in range(3):
         traj = make_traj(4 * update, 4, 2)
-        both = insert(both, rb.transitions(traj._replace(action=traj.obs)))
+        both = insert(both, replay_buffer.transitions(traj._replace(action=traj.obs)))
     alone = jax.tree.map(lambda x: x[1:], both)  # env 1's ring, as on a second device
-    batch = jax.jit(rb.sample_batch, static_argnums=3)
+    batch = jax.jit(replay_buffer.sample_batch, static_argnums=3)
     a = batch(both, jax.random.key(0), jnp.array([0, 1]), cfg)
     b = batch(alone, jax.random.key(0), jnp.array([1]), cfg)
     per_env = cfg.batch_size // cfg.num_envs

@@ -16,8 +16,16 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_async import replay as rb
 from jaxrl_async.algos.base import Algorithm, PerEnv, Trajectory, pmean
+from jaxrl_async.algos.replay import (
+    Batch as ReplayBatch,
+)
+from jaxrl_async.algos.replay import (
+    OffPolicyConfig,
+    Transition,
+    insert_then_train,
+)
+from jaxrl_async.algos.replay import init as init_replay
 from jaxrl_async.config import (
     TrainConfig,
     boolean,
@@ -34,16 +42,16 @@ from jaxrl_async.networks import EpsilonGreedy, init_params, q_network_for
 
 
 @config
-class DQNConfig(rb.OffPolicyConfig):
+class DQNConfig(OffPolicyConfig):
     """DQN; the defaults learn CartPole-v1 (see tests/test_dqn.py)."""
 
     total_timesteps: int = redefault(TrainConfig, "total_timesteps", 100_032)
     num_envs: int = redefault(TrainConfig, "num_envs", 8)
     num_steps: int = redefault(TrainConfig, "num_steps", 8)
     activation: str = redefault(TrainConfig, "activation", "relu")
-    buffer_size: int = redefault(rb.OffPolicyConfig, "buffer_size", 50_048)
-    samples_per_insert: float = redefault(rb.OffPolicyConfig, "samples_per_insert", 16.0)
-    n_step: int = redefault(rb.OffPolicyConfig, "n_step", 3)
+    buffer_size: int = redefault(OffPolicyConfig, "buffer_size", 50_048)
+    samples_per_insert: float = redefault(OffPolicyConfig, "samples_per_insert", 16.0)
+    n_step: int = redefault(OffPolicyConfig, "n_step", 3)
     lr: float = hyper(5e-4, positive)
     """Adam learning rate."""
     anneal_lr: bool = static(True, boolean)
@@ -112,10 +120,10 @@ def make_algorithm(cfg: DQNConfig, spec: EnvSpec) -> Algorithm:
     def init(key: jax.Array) -> DQNState:
         obs = jnp.zeros(spec.obs_shape, spec.obs_dtype)
         params = init_params(network, key, obs)
-        item = rb.Transition(obs, jnp.zeros((), jnp.int32), 0.0, False, False, obs)
+        item = Transition(obs, jnp.zeros((), jnp.int32), 0.0, False, False, obs)
         zero = jnp.zeros((), jnp.int32)
         return DQNState(params, params, optimizer.init(params),
-                        PerEnv(rb.init(item, cfg.capacity_per_env)), zero, zero)
+                        PerEnv(init_replay(item, cfg.capacity_per_env)), zero, zero)
 
     def policy_params(state: DQNState):  # what the actors need (a selection: runners may call
         return state.params, state.updates  # this on shapes alone)
@@ -130,7 +138,7 @@ def make_algorithm(cfg: DQNConfig, spec: EnvSpec) -> Algorithm:
         pi = EpsilonGreedy(network.apply(params, obs), cfg.eps_end)
         return pi.mode() if greedy else pi.sample(key)
 
-    def loss(params, target_params, batch: rb.Batch):
+    def loss(params, target_params, batch: ReplayBatch):
         n = batch.obs.shape[0]
         q, q_next_online = jnp.split(
             network.apply(params, jnp.concatenate([batch.obs, batch.next_obs])), [n])  # [N, A]
@@ -144,7 +152,7 @@ def make_algorithm(cfg: DQNConfig, spec: EnvSpec) -> Algorithm:
         td_loss = optax.huber_loss(q_taken, target).mean()
         return td_loss, {"loss": td_loss, "q_mean": q_taken.mean()}
 
-    def gradient_step(learner: Learner, batch: rb.Batch, axis_name):
+    def gradient_step(learner: Learner, batch: ReplayBatch, axis_name):
         grads, metrics = jax.grad(loss, has_aux=True)(learner.params, learner.target_params,
                                                       batch)
         grads = pmean(grads, axis_name)
@@ -162,7 +170,7 @@ def make_algorithm(cfg: DQNConfig, spec: EnvSpec) -> Algorithm:
         chex.assert_rank(traj.reward, 2)  # [T, B]
         learner = Learner(state.params, state.target_params, state.opt_state,
                           state.gradient_steps)
-        learner, replay, metrics = rb.insert_then_train(
+        learner, replay, metrics = insert_then_train(
             lambda s, b: gradient_step(s, b, axis_name), learner, state.replay.value, traj,
             key, cfg)
         metrics = {**metrics, "epsilon": epsilon(state.updates)}

@@ -1,7 +1,7 @@
 """Soft Actor-Critic (Haarnoja et al., 2018, with the learned temperature of "SAC: Algorithms and
 Applications") for continuous actions: a tanh-squashed Gaussian policy, twin critics with Polyak
 target copies, the temperature tuned toward a target entropy, learning from the device-resident
-replay buffer (``jaxrl_async.replay``) with a fixed samples-per-insert ratio.
+replay buffer (``jaxrl_async.algos.replay``) with a fixed samples-per-insert ratio.
 
 The three losses are summed into one and differentiated once, with ``stop_gradient`` keeping each
 loss to its own parameters; one flattened Adam then steps all of them (one optimizer update per
@@ -20,8 +20,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxrl_async import replay as rb
 from jaxrl_async.algos.base import Algorithm, PerEnv, Trajectory, pmean
+from jaxrl_async.algos.replay import (
+    Batch as ReplayBatch,
+)
+from jaxrl_async.algos.replay import (
+    OffPolicyConfig,
+    Transition,
+    insert_then_train,
+)
+from jaxrl_async.algos.replay import init as init_replay
 from jaxrl_async.config import (
     TrainConfig,
     boolean,
@@ -37,7 +45,7 @@ from jaxrl_async.networks import SquashedGaussianActor, TanhGaussian, TwinQ, ini
 
 
 @config
-class SACConfig(rb.OffPolicyConfig):
+class SACConfig(OffPolicyConfig):
     """SAC; the defaults learn Pendulum-v1 (see tests/test_sac.py)."""
 
     env: str = redefault(TrainConfig, "env", "Pendulum-v1")
@@ -46,9 +54,9 @@ class SACConfig(rb.OffPolicyConfig):
     num_steps: int = redefault(TrainConfig, "num_steps", 8)
     hidden_sizes: tuple[int, ...] = redefault(TrainConfig, "hidden_sizes", (128, 128))
     activation: str = redefault(TrainConfig, "activation", "relu")
-    batch_size: int = redefault(rb.OffPolicyConfig, "batch_size", 128)
-    samples_per_insert: float = redefault(rb.OffPolicyConfig, "samples_per_insert", 128.0)
-    learning_starts: int = redefault(rb.OffPolicyConfig, "learning_starts", 1_024)
+    batch_size: int = redefault(OffPolicyConfig, "batch_size", 128)
+    samples_per_insert: float = redefault(OffPolicyConfig, "samples_per_insert", 128.0)
+    learning_starts: int = redefault(OffPolicyConfig, "learning_starts", 1_024)
     lr: float = hyper(1e-3, positive)
     """Adam learning rate of the actor, the critics and the temperature."""
     tau: float = hyper(0.005, in_range(0.0, 1.0, lo_open=True))
@@ -113,9 +121,9 @@ def make_algorithm(cfg: SACConfig, spec: EnvSpec) -> Algorithm:
         params = SACParams(init_params(actor, actor_key, obs),
                            init_params(critic, critic_key, obs, action),
                            jnp.log(jnp.asarray(cfg.init_alpha, jnp.float32)))
-        item = rb.Transition(obs, action, 0.0, False, False, obs)
+        item = Transition(obs, action, 0.0, False, False, obs)
         return SACState(params, params.critic, optimizer.init(params),
-                        PerEnv(rb.init(item, cfg.capacity_per_env)))
+                        PerEnv(init_replay(item, cfg.capacity_per_env)))
 
     def act(actor_params, obs: jax.Array, key: jax.Array):
         unit, _ = actor.apply(actor_params, obs).sample_and_log_prob(key)
@@ -126,7 +134,7 @@ def make_algorithm(cfg: SACConfig, spec: EnvSpec) -> Algorithm:
         pi = actor.apply(actor_params, obs)
         return to_env(pi.mode() if greedy else pi.sample_and_log_prob(key)[0])
 
-    def loss(params: SACParams, target_critic, batch: rb.Batch):
+    def loss(params: SACParams, target_critic, batch: ReplayBatch):
         alpha = jnp.exp(params.log_alpha) if cfg.learn_alpha else cfg.init_alpha
         alpha = jax.lax.stop_gradient(alpha)
         next_key, key = jax.vmap(jax.random.split, out_axes=1)(batch.key)
@@ -147,7 +155,7 @@ def make_algorithm(cfg: SACConfig, spec: EnvSpec) -> Algorithm:
         return total, {"critic_loss": critic_loss, "actor_loss": actor_loss,
                        "alpha": alpha, "entropy": -log_prob.mean(), "q_mean": q.mean()}
 
-    def gradient_step(learner: Learner, batch: rb.Batch, axis_name):
+    def gradient_step(learner: Learner, batch: ReplayBatch, axis_name):
         grads, metrics = jax.grad(loss, has_aux=True)(learner.params, learner.target_critic,
                                                       batch)
         grads = pmean(grads, axis_name)
@@ -159,7 +167,7 @@ def make_algorithm(cfg: SACConfig, spec: EnvSpec) -> Algorithm:
     def learn(state: SACState, traj: Trajectory, key: jax.Array, axis_name=None):
         chex.assert_rank(traj.reward, 2)  # [T, B]
         learner = Learner(state.params, state.target_critic, state.opt_state)
-        learner, replay, metrics = rb.insert_then_train(
+        learner, replay, metrics = insert_then_train(
             lambda s, b: gradient_step(s, b, axis_name), learner, state.replay.value, traj,
             key, cfg)
         new_state = SACState(learner.params, learner.target_critic, learner.opt_state,

@@ -9,7 +9,7 @@ ends (gymnasium's ``AutoresetMode.SAME_STEP``), so every step returns, like the 
 ``envs/core.py``, the next observation (the first of a new episode where one ended) and the
 true final observation (``final_obs``; the next observation where no episode ended), which a
 truncated episode is bootstrapped from. Observations are cast to 32-bit dtypes (``float64 ->
-float32``) so trajectories pack exactly (see ``runners/async_.Packing``).
+float32``) so trajectories pack exactly (see ``runners/placement.Packing``).
 
 Host env states live in Python objects: they are not part of ``RunState`` and cannot be
 checkpointed or restored (``RunState.env`` holds the reset seeds instead).

@@ -1,12 +1,10 @@
-"""What both runners share: the run state, the per-update keys, the metrics of one update."""
+"""What both runners compute alike: the env and algorithm of a config, the per-update keys, a
+rollout and an update, the run's first state, the metrics of one update."""
 
 from __future__ import annotations
 
-import importlib
-import signal
-import threading
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -18,101 +16,21 @@ from jaxrl_async.algos import Algorithm, Trajectory, make_algorithm
 from jaxrl_async.algos.base import is_per_env, with_env_axis
 from jaxrl_async.envs import VecEnv, make_env, merge_moments, obs_sums, set_moments
 from jaxrl_async.rollout import EnvCarry, EpisodeSums, episode_metrics, reset, rollout
+from jaxrl_async.runners.state import RunState
 
 AXIS = "devices"
 
 
-class RunState(NamedTuple):
-    """Everything a run continues from (checkpointed whole)."""
-
-    learner: Any  # the algorithm's learner state (identical on every learner device, but for
-    #               its ``PerEnv`` parts, which have the env axis and are split like ``env``)
-    env: EnvCarry  # env states and observations, leading axis num_envs
-    key: jax.Array  # the run's base key; update k uses fold_in(key, k)
-    update: jax.Array  # [] int32 updates done
-    last_episode: jax.Array  # [2] mean (return, length) of the latest update in which an
-    #                          episode ended (NaN before); informative only, no metric uses it
-    # The async runner's deterministic schedule: the (packed) params the actors act with at
-    # update ``update`` when they are older than the learner's (lag, sync_every); () otherwise.
-    behaviour_params: Any = ()
-    # normalize_obs: the observation statistics of the whole run (one copy, no env axis), merged
-    # from every shard's sums once per rollout (``merge_obs_statistics``) and set back into the
-    # env state, which acts with them; () otherwise.
-    obs_moments: Any = ()
 
 
-class TrainResult(NamedTuple):
-    """What training returns under either runner."""
-
-    state: RunState
-    metrics: dict[str, Any]  # one row per update: [num_updates] each
-    timing: dict[str, float] | None = None  # host-level runs: compile_s, train_s, sps
-
-    @property
-    def params(self) -> Any:
-        return self.state.learner.params
 
 
-class Callbacks:
-    """What a host-level runner reports, at its edge (sinks and progress subclass this)."""
-
-    def on_start(self, first_update: int) -> None:
-        """Compilation is done; training starts at update ``first_update``."""
-
-    def on_metrics(self, first_update: int, rows: dict[str, np.ndarray]) -> None:
-        """Metrics of updates ``first_update + 1 ...``, one row per update."""
-
-    def on_state(self, state: RunState, final: bool, update: int | None = None) -> None:
-        """The run state after a chunk of updates, ``update`` updates done (``None``: read
-        ``state.update``, which waits for the chunk). ``final`` after the last chunk, or the
-        last one before a Ctrl-C stop. Runners may donate ``state``'s buffers to the next
-        chunk: copy what you keep before returning."""
 
 
-class TrainingInterrupted(KeyboardInterrupt):
-    """Raised by a runner stopped by Ctrl-C, after its callbacks saw the final state."""
-
-    def __init__(self, result: TrainResult):
-        super().__init__(f"training stopped by Ctrl-C after update {int(result.state.update)}")
-        self.result = result
 
 
-class StopOnInterrupt:
-    """Ctrl-C handling for every host-level runner (the one place it lives).
-
-    Inside ``with StopOnInterrupt() as stop:`` the first SIGINT only sets ``stop.requested``;
-    the runner then finishes the chunk in flight, passes its state to
-    ``callbacks.on_state(..., final=True)`` (so a checkpoint sink writes it), delivers the
-    metrics, and raises ``TrainingInterrupted``. A second Ctrl-C raises ``KeyboardInterrupt`` at
-    once. Outside the main thread (where Python cannot take signals) it never triggers.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous: Any = None
-
-    def __enter__(self) -> StopOnInterrupt:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
 
 
-def runner_module(cfg: Any) -> Any:
-    """The module of ``cfg``'s runner: ``jaxrl_async.runners.sync`` or ``.async_``. Besides
-    ``run(cfg, key, callbacks, state=None)``, a runner whose state is not laid out like
-    ``init_state``'s may define ``abstract_state(cfg)`` (checkpoints are checked and restored
-    against it)."""
-    name = {"sync": "sync", "async": "async_"}[cfg.runner.name]
-    return importlib.import_module(f"jaxrl_async.runners.{name}")
 
 
 def build(cfg: Any) -> tuple[VecEnv, Algorithm]:

@@ -2,7 +2,7 @@
 threads, the policy jitted on the actor devices, the learner unchanged.
 
 Selected by a host env id (``env="gymnasium:CartPole-v1"``, ``"envpool:Pong-v5"``, see
-``envs/host.py``) with ``runner=AsyncConfig(...)``; ``async_.run`` hands such configs here.
+``envs/host.py``) with ``runner=AsyncConfig(...)``; ``runners.run`` hands such configs here.
 
 - **Streams.** As for JAX envs, each actor device runs ``actors_per_device`` streams; a stream
   is one thread owning one host vector env of ``num_envs / num_streams`` envs (global env ids
@@ -19,8 +19,8 @@ Selected by a host env id (``env="gymnasium:CartPole-v1"``, ``"envpool:Pong-v5"`
   vector env's same-step autoreset), episode statistics summed on the host into
   ``EpisodeSums``, then split per learner device and packed exactly as ``Packing.pack`` does,
   with numpy, and copied host -> learner devices. The learner program is the one the JAX-env
-  actors feed (``async_.compile_with_learner``), and so are the schedule (tickets, lock-step or
-  free-running, ``max_staleness``), the params hand-over and the failure handling.
+  actors feed (``actor_learner.compile_with_learner``), and so are the schedule (tickets,
+  lock-step or free-running, ``max_staleness``), the params hand-over and the failure handling.
 - **Seeds.** Env ``i`` is reset once, with a 32-bit seed drawn from the run key and its global
   id; with deterministic envs and ``deterministic=True`` a seed reproduces a run exactly.
   ``RunState.env`` holds these seeds ``[num_envs] uint32``: host env states live in Python
@@ -43,24 +43,29 @@ from jaxrl_async.algos import Algorithm, Trajectory, make_algorithm
 from jaxrl_async.envs import EnvSpec
 from jaxrl_async.envs.host import HostVecEnv, host_env_spec, make_host_env
 from jaxrl_async.rollout import EpisodeSums, env_keys, step_index, step_keys
-from jaxrl_async.runners import async_
-from jaxrl_async.runners.async_ import (
+from jaxrl_async.runners.actor_learner import (
+    Programs,
+    Setup,
+    acting_params,
+    compile_with_learner,
+    drive,
+    )
+from jaxrl_async.runners.common import init_state, update_keys
+from jaxrl_async.runners.pipeline import Batch, Pipeline, RoleStats, schedule
+from jaxrl_async.runners.placement import (
     Layout,
     Packing,
-    Pipeline,
-    Programs,
-    RoleStats,
     Stream,
+    layout,
+    learner_state_spec,
+    place_tree,
+    put_global,
+    shapes_on,
     split_for_learners,
+    to_learner,
+    wide_dtype,
 )
-from jaxrl_async.runners.common import (
-    Callbacks,
-    RunState,
-    TrainingInterrupted,
-    TrainResult,
-    init_state,
-    update_keys,
-)
+from jaxrl_async.runners.state import Callbacks, RunState, TrainingInterrupted, TrainResult
 
 
 class HostPrograms(NamedTuple):
@@ -134,7 +139,7 @@ def compile_host_programs(cfg: Any, algo: Algorithm, spec: EnvSpec, where: Layou
                           reset_envs=env_seeds)
 
     run_state = jax.eval_shape(init, jax.random.key(0))
-    params_packing = Packing.of(async_.acting_params(algo, run_state))  # no obs statistics
+    params_packing = Packing.of(acting_params(algo, run_state))  # no obs statistics
     # The packed params are unpacked inside the policy step: one argument to hand over per call
     # instead of one per leaf (the per-call overhead is what limits a host actor).
     obs = jax.ShapeDtypeStruct((per_stream, *spec.obs_shape), spec.obs_dtype)
@@ -160,9 +165,9 @@ def compile_host_programs(cfg: Any, algo: Algorithm, spec: EnvSpec, where: Layou
     for device in where.actor_devices:
         here = SingleDeviceSharding(device)
         ids = jax.ShapeDtypeStruct((per_stream,), jnp.int32)
-        lowered.append(jax.jit(keys).lower(*async_._on((run_state.key, scalar, ids), here)))
-        lowered.append(jax.jit(policy).lower(*async_._on((packed, obs, key_data), here)))
-    programs = async_.compile_with_learner(cfg, algo, where, init, piece, lowered)
+        lowered.append(jax.jit(keys).lower(*shapes_on((run_state.key, scalar, ids), here)))
+        lowered.append(jax.jit(policy).lower(*shapes_on((packed, obs, key_data), here)))
+    programs = compile_with_learner(cfg, algo, where, init, piece, lowered)
     return HostPrograms(programs.actor[0::2], programs.actor[1::2],
                         programs._replace(actor=[]), acted, piece)
 
@@ -179,7 +184,7 @@ def pack_numpy(packing: Packing, tree: Any) -> np.ndarray:
         if x.shape != want.shape or x.dtype != want.dtype:
             raise ValueError(f"leaf {x.dtype}{list(x.shape)} does not match the packing's "
                              f"{want.dtype}{list(want.shape)}")
-        wide = np.dtype(async_._wide_dtype(x.dtype))
+        wide = np.dtype(wide_dtype(x.dtype))
         flat.append(np.ascontiguousarray(x, dtype=wide).view(np.uint32).ravel())
     return np.concatenate(flat)
 
@@ -192,7 +197,7 @@ def unpack_numpy(packing: Packing, flat: np.ndarray) -> Any:
     leaves, offset = [], 0
     for want in packing.leaves:
         n = int(np.prod(want.shape))
-        wide = flat[offset:offset + n].view(np.dtype(async_._wide_dtype(want.dtype)))
+        wide = flat[offset:offset + n].view(np.dtype(wide_dtype(want.dtype)))
         leaves.append(wide.reshape(want.shape).astype(want.dtype))
         offset += n
     return jax.tree.unflatten(packing.treedef, leaves)
@@ -257,9 +262,9 @@ class HostActor:
 
 def host_actor_loop(cfg: Any, actor: HostActor, seeds: np.ndarray, run_key: jax.Array,
                     where: Layout, piece: Packing, pipeline: Pipeline, stats: RoleStats) -> None:
-    """One host actor stream: reset its envs, then rollouts as ``async_.schedule`` says."""
+    """One host actor stream: reset its envs, then rollouts as ``pipeline.schedule`` says."""
     actor.reset(seeds)
-    for update, ticket, version, params in async_.schedule(cfg, actor.stream, 0, pipeline):
+    for update, ticket, version, params in schedule(cfg, actor.stream, 0, pipeline):
         jax.block_until_ready(params)  # published as soon as dispatched: wait here, not in XLA
         start = time.perf_counter()
         traj, sums = actor.rollout(params, run_key, update, version)
@@ -267,7 +272,7 @@ def host_actor_loop(cfg: Any, actor: HostActor, seeds: np.ndarray, run_key: jax.
                   for p in split_for_learners(traj, sums, len(where.learner_devices))]
         stats.busy_s += time.perf_counter() - start
         stats.rollouts += 1
-        pipeline.deliver(ticket, async_.Batch(async_.to_learner(pieces, where), version))
+        pipeline.deliver(ticket, Batch(to_learner(pieces, where), version))
 
 
 # --------------------------------------------------------------------------- the entry point
@@ -278,8 +283,8 @@ def run(
     state: RunState | None = None,
     devices: Sequence[Any] | None = None,
 ) -> TrainResult:
-    """``async_.run`` for a host env: the same result, metrics and timing (``actor_busy``: the
-    fraction of wall time a stream spent stepping envs and acting). ``state`` must be ``None``:
+    """``run`` for a host env: the same result, metrics and timing (``actor_busy``:
+    the fraction of wall time a stream spent stepping envs and acting). ``state`` must be ``None``:
     host env states cannot be restored."""
     if state is not None:
         raise ValueError(f"{type(cfg).__name__}.env: a run on the host env {cfg.env!r} cannot "
@@ -288,22 +293,22 @@ def run(
     try:
         return _run(cfg, key, callbacks or Callbacks(), devices)
     except BaseException as error:
-        traceback.clear_frames(error.__traceback__)  # as async_.run: nothing outlives the run
+        traceback.clear_frames(error.__traceback__)  # as run: nothing outlives it
         raise
 
 
 def _run(cfg: Any, key: jax.Array, callbacks: Callbacks,
          devices: Sequence[Any] | None) -> TrainResult:
     start = time.perf_counter()
-    where = async_.layout(cfg, jax.local_devices() if devices is None else devices)
+    where = layout(cfg, jax.local_devices() if devices is None else devices)
     spec = host_env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
     programs = compile_host_programs(cfg, make_algorithm(cfg, spec), spec, where)
     state = programs.learner.init(key)
     seeds = np.asarray(state.env)  # [num_envs]
-    learner_state = async_._placed(async_.learner_state_spec(programs.learner.algo),
-                                   state._replace(env=()), where, async_.put_global)
+    learner_state = place_tree(learner_state_spec(programs.learner.algo),
+                                   state._replace(env=()), where, put_global)
     run_keys = [jax.device_put(state.key, d) for d in where.actor_devices]
-    setup = async_.Setup(where, programs.learner, 0, learner_state, [], run_keys, ())
+    setup = Setup(where, programs.learner, 0, learner_state, [], run_keys, ())
     del state, learner_state
 
     envs: list[HostVecEnv] = []
@@ -324,7 +329,7 @@ def _run(cfg: Any, key: jax.Array, callbacks: Callbacks,
                     programs.piece, pipeline, stats[s.index])))
             return threads
 
-        result = async_.drive(cfg, setup, callbacks, compile_s, actors,
+        result = drive(cfg, setup, callbacks, compile_s, actors,
                               lambda pipeline, done: seeds)
         failed = False
         return result

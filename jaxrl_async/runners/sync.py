@@ -25,11 +25,6 @@ from jax.sharding import PartitionSpec as P
 from jaxrl_async.envs import obs_sums
 from jaxrl_async.runners.common import (
     AXIS,
-    Callbacks,
-    RunState,
-    StopOnInterrupt,
-    TrainingInterrupted,
-    TrainResult,
     build,
     check_devices,
     collect,
@@ -41,6 +36,13 @@ from jaxrl_async.runners.common import (
     to_numpy,
 )
 from jaxrl_async.runners.common import spmd as common_spmd
+from jaxrl_async.runners.state import (
+    Callbacks,
+    RunState,
+    StopOnInterrupt,
+    TrainingInterrupted,
+    TrainResult,
+)
 
 
 class Program(NamedTuple):

@@ -1,7 +1,8 @@
 """The async runner (Podracer's "Sebulba", with the envs on device): actor devices collect
 rollouts while learner devices update on the previous ones.
 
-This module is the one place devices are split into roles and the one place with threads:
+Devices and streams are laid out in ``placement``, tickets and threads live in ``pipeline``;
+this module compiles the programs and runs the actor and learner loops:
 
 - **Devices.** The first ``actor_devices`` local devices run the jitted rollout, the next
   ``learner_devices`` run the update data-parallel (``shard_map`` with ``lax.pmean``), every
@@ -37,142 +38,72 @@ This module is the one place devices are split into roles and the one place with
   exception re-raised in the caller with its traceback; Ctrl-C finishes the chunk in flight,
   hands its state to ``on_state(final=True)`` and raises ``TrainingInterrupted``.
 
-One thread per stream (and one for the learner) was measured against one thread dispatching
-both programs in the same lag-1 schedule (``experiments/bench_async.py``): within the noise of
-each other on the 2-core CPU since the hand-over at dispatch (before it, threads were 23%
-slower on an idle machine). Threads are kept: free-running actors, several streams and host
-envs need them anyway.
+Threads rather than one dispatching loop: free-running actors, several streams and host envs
+need them.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import queue
-import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
+from jax.sharding import SingleDeviceSharding
 
 from jaxrl_async.algos import Algorithm
 from jaxrl_async.envs import merge_moments, obs_sums
-from jaxrl_async.envs.host import is_host_env
 from jaxrl_async.rollout import EnvCarry
 from jaxrl_async.runners.common import (
     AXIS,
-    Callbacks,
-    RunState,
-    StopOnInterrupt,
-    TrainingInterrupted,
-    TrainResult,
     build,
     collect,
     compiler_options,
     init_state,
     learn_update,
-    learner_spec,
     spmd,
     with_moments,
 )
-
-THREAD_PREFIX = "jaxrl-async"
-"""Every thread the runner starts is named ``jaxrl-async-<role>``."""
-
-
-# --------------------------------------------------------------------------- devices, schedule
-def split_devices(cfg: Any, devices: Sequence[Any]) -> tuple[list, list]:
-    """(actor devices, learner devices): the first ``actor_devices``, then the next
-    ``learner_devices``; a single device plays both roles. ``ValueError`` naming the field when
-    there are not enough devices."""
-    runner, have = cfg.runner, len(devices)
-    if have == 1 and runner.actor_devices == runner.learner_devices == 1:
-        return [devices[0]], [devices[0]]
-    if runner.actor_devices + runner.learner_devices > have:
-        field = "learner_devices" if runner.actor_devices < have else "actor_devices"
-        raise ValueError(
-            f"{type(cfg).__name__}.runner.{field} must leave actor_devices + learner_devices "
-            f"<= the {have} local device(s), got actor_devices={runner.actor_devices}, "
-            f"learner_devices={runner.learner_devices} (on a CPU, set XLA_FLAGS="
-            "--xla_force_host_platform_device_count=N before importing jax)"
-        )
-    num_actors = runner.actor_devices
-    return list(devices[:num_actors]), list(devices[num_actors:num_actors + runner.learner_devices])
-
-
-def acting_version(runner: Any, update: int) -> int:
-    """Deterministic mode: the params version (updates done) that acts in rollout ``update``:
-    ``lag`` updates back, and only versions the learner publishes (every ``sync_every``).
-    A function of ``update`` alone, so a resumed run keeps the schedule of the whole run."""
-    return max(update - runner.lag, 0) // runner.sync_every * runner.sync_every
-
-
-def publishes(runner: Any, version: int) -> bool:
-    """Whether the learner sends the params of ``version`` to the actor devices."""
-    return version % runner.sync_every == 0
-
-
-# --------------------------------------------------------------------------- programs
-class Stream(NamedTuple):
-    """One actor stream: a thread stepping the envs ``env_id`` on ``device``."""
-
-    index: int
-    device: Any
-    device_index: int
-    env_id: jax.Array  # [num_envs / num_streams] global env ids, on ``device``
-
-
-class Packing(NamedTuple):
-    """A pytree of arrays as one flat ``uint32`` vector, so it crosses devices in one copy
-    instead of one per leaf (host overhead is what limits overlap on a CPU). Exact: 32-bit
-    leaves are bit-cast; narrower ones are widened to 32 bits first."""
-
-    treedef: Any
-    leaves: tuple[jax.ShapeDtypeStruct, ...]
-
-    @classmethod
-    def of(cls, tree: Any) -> Packing:
-        leaves, treedef = jax.tree.flatten(tree)
-        for x in leaves:
-            if np.dtype(x.dtype).itemsize > 4:
-                raise TypeError(f"Packing handles dtypes of at most 32 bits, got {x.dtype}")
-        return cls(treedef, tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves))
-
-    @property
-    def size(self) -> int:
-        return sum(int(np.prod(x.shape)) for x in self.leaves)
-
-    def pack(self, tree: Any) -> jax.Array:
-        return jnp.concatenate([lax.bitcast_convert_type(_wide(x), jnp.uint32).ravel()
-                                for x in jax.tree.leaves(tree)])
-
-    def unpack(self, flat: jax.Array) -> Any:
-        chex.assert_shape(flat, (self.size,))
-        leaves, offset = [], 0
-        for x in self.leaves:
-            n = int(np.prod(x.shape))
-            wide = lax.bitcast_convert_type(flat[offset:offset + n], _wide_dtype(x.dtype))
-            leaves.append(wide.reshape(x.shape).astype(x.dtype))
-            offset += n
-        return jax.tree.unflatten(self.treedef, leaves)
-
-
-def _wide_dtype(dtype: Any) -> Any:
-    if np.dtype(dtype).itemsize == 4:
-        return dtype
-    return jnp.float32 if jnp.issubdtype(dtype, jnp.floating) else jnp.int32
-
-
-def _wide(x: jax.Array) -> jax.Array:
-    return x.astype(_wide_dtype(x.dtype))
+from jaxrl_async.runners.pipeline import (
+    Batch,
+    Chunk,
+    Pipeline,
+    RoleStats,
+    acting_version,
+    chunk_ends,
+    publishes,
+    role_thread,
+    schedule,
+    shut_down,
+    supervise,
+)
+from jaxrl_async.runners.placement import (
+    Layout,
+    Packing,
+    Stream,
+    layout,
+    learner_state_spec,
+    local_copy,
+    place_tree,
+    put_global,
+    shapes_on,
+    split_for_learners,
+    to_learner,
+)
+from jaxrl_async.runners.state import (
+    Callbacks,
+    RunState,
+    StopOnInterrupt,
+    TrainingInterrupted,
+    TrainResult,
+)
 
 
 class Programs(NamedTuple):
@@ -194,75 +125,6 @@ class Programs(NamedTuple):
     init: Callable
     metric_names: tuple[str, ...]
     algo: Algorithm
-
-
-class Layout(NamedTuple):
-    """Where everything lives. In a multi-process run (``jra.distributed``) every process has
-    its own actors and streams, stepping its share of the envs, and the learner spans every
-    process's learner devices (``all_learner_devices``, in process order)."""
-
-    actor_devices: list
-    learner_devices: list  # this process's
-    all_learner_devices: list  # every process's: the learner's mesh
-    streams: list[Stream]
-    per_stream: int  # envs per stream
-    env_offset: int  # global id of this process's first env
-    batch_sharding: Any  # a packed batch: one piece per learner device
-    replicated: Any  # learner state, metrics, params: a copy on every learner device
-
-
-def layout(cfg: Any, devices: Sequence[Any]) -> Layout:
-    actor_devices, learner_devices = split_devices(cfg, devices)
-    all_learners, process, processes = learner_devices, 0, 1
-    if jax.process_count() > 1:
-        by_process: dict[int, list] = {}
-        for d in jax.devices():
-            by_process.setdefault(d.process_index, []).append(d)
-        all_learners = [d for p in sorted(by_process)
-                        for d in split_devices(cfg, sorted(by_process[p], key=lambda d: d.id))[1]]
-        process, processes = jax.process_index(), jax.process_count()
-    streams_per_process = cfg.runner.num_streams
-    if cfg.num_envs % (processes * streams_per_process * len(learner_devices)):
-        raise ValueError(
-            f"{type(cfg).__name__}.num_envs must be divisible by processes * actor_devices * "
-            f"actors_per_device * learner_devices = "
-            f"{processes * streams_per_process * len(learner_devices)}, got {cfg.num_envs}")
-    per_stream = cfg.num_envs // (processes * streams_per_process)
-    offset = process * streams_per_process * per_stream
-    streams = []
-    for s in range(streams_per_process):
-        d = s // cfg.runner.actors_per_device
-        first = offset + s * per_stream
-        ids = jnp.arange(first, first + per_stream, dtype=jnp.int32)
-        streams.append(Stream(s, actor_devices[d], d, jax.device_put(ids, actor_devices[d])))
-    if len(all_learners) == 1:
-        single = SingleDeviceSharding(all_learners[0])
-        return Layout(actor_devices, learner_devices, all_learners, streams, per_stream, offset,
-                      single, single)
-    mesh = Mesh(np.array(all_learners), (AXIS,))
-    return Layout(actor_devices, learner_devices, all_learners, streams, per_stream, offset,
-                  NamedSharding(mesh, P(AXIS)), NamedSharding(mesh, P()))
-
-
-def to_learner(pieces: Sequence[jax.Array], where: Layout) -> jax.Array:
-    """A stream's packed pieces (one per learner device, on its actor device) -> one batch
-    array over the learner devices. Device-to-device copies only: no op that would queue
-    behind the next rollout on the actor device."""
-    placed = jax.device_put(list(pieces), list(where.learner_devices))
-    if len(where.all_learner_devices) == 1:
-        return placed[0]
-    size = placed[0].shape[0] * len(where.all_learner_devices)
-    return jax.make_array_from_single_device_arrays((size,), where.batch_sharding, placed)
-
-
-def split_for_learners(traj: Any, sums: Any, num_learners: int) -> list[tuple]:
-    """A stream's rollout as one ``(trajectory slice, episode sums)`` per learner device of
-    this process: the envs in equal slices; the stream's sums with the first piece and zeros
-    with the others (the learner sums them over devices). Arrays of jax or numpy (host actors)."""
-    width = traj.reward.shape[1] // num_learners
-    nothing = jax.tree.map(lambda x: x * 0, sums)
-    return [(jax.tree.map(lambda x, i=i: x[:, i * width:(i + 1) * width], traj),
-             sums if i == 0 else nothing) for i in range(num_learners)]
 
 
 def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Programs:
@@ -292,7 +154,7 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
         scalar = jax.ShapeDtypeStruct((), jnp.int32)
         args = (jax.ShapeDtypeStruct((params_packing.size,), jnp.uint32), carry, run_state.key,
                 scalar, jax.ShapeDtypeStruct((per_stream,), jnp.int32), scalar)
-        return _on(args, SingleDeviceSharding(device))
+        return shapes_on(args, SingleDeviceSharding(device))
 
     piece_packing = Packing.of(jax.eval_shape(rollout, *actor_args(where.actor_devices[0]))[1][0])
 
@@ -312,7 +174,7 @@ def compile_with_learner(cfg: Any, algo: Algorithm, where: Layout, init: Callabl
     axis = AXIS if len(where.all_learner_devices) > 1 else None
     run_state = jax.eval_shape(init, jax.random.key(0))
     spec = learner_state_spec(algo)
-    learner_state = _placed(spec, run_state._replace(env=()), where, _on)
+    learner_state = place_tree(spec, run_state._replace(env=()), where, shapes_on)
     params_packing = Packing.of(acting_params(algo, run_state))
 
     def update(state: RunState, batches: tuple[jax.Array, ...]):
@@ -357,194 +219,11 @@ def compile_with_learner(cfg: Any, algo: Algorithm, where: Layout, init: Callabl
     return Programs(actor_fns, learner_fn, pack_fn, init_fn, names, algo)
 
 
-def _on(tree: Any, sharding: Any) -> Any:
-    """Shapes of ``tree`` placed with ``sharding``."""
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
-
-
-def learner_state_spec(algo: Algorithm) -> RunState:
-    """How the learner's part of the run state lies over the learner devices: replicated, but
-    for the algorithm's ``PerEnv`` parts (replay buffers), split along the env axis like the
-    trajectories. With several streams and learner devices, learner device ``i`` holds share
-    ``i`` of every stream's envs, in stream order (the sync runner: a contiguous range)."""
-    return RunState(learner=learner_spec(algo, P(AXIS), P()), env=(), key=P(), update=P(),
-                    last_episode=P(), obs_moments=P())
-
-
 def acting_params(algo: Algorithm, state: RunState) -> tuple[Any, Any]:
     """What the learner publishes to the actors (packed): the policy params and the run's
     observation statistics (``()`` unless normalize_obs), which actors set into their env
     states before a rollout (``common.with_moments``)."""
     return algo.policy_params(state.learner), state.obs_moments
-
-
-def put_global(tree: Any, sharding: Any) -> Any:
-    """``jax.device_put(tree, sharding)``, also when ``sharding`` spans devices of other
-    processes (a multi-process run, where every process holds the same ``tree``)."""
-    if jax.process_count() == 1:
-        return jax.device_put(tree, sharding)
-
-    def put(x: Any) -> jax.Array:
-        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            return jax.random.wrap_key_data(put(jax.random.key_data(x)),
-                                            impl=jax.random.key_impl(x))
-        host = np.asarray(jax.device_get(x))
-        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
-
-    return jax.tree.map(put, tree)
-
-
-def local_copy(x: jax.Array) -> jax.Array:
-    """This process's copy of a replicated array (itself, in a single-process run)."""
-    return x if x.is_fully_addressable else x.addressable_data(0)
-
-
-def _placed(spec: RunState, tree: Any, where: Layout, put: Callable) -> Any:
-    """``put(subtree, sharding)`` for every subtree of ``tree`` under a spec of ``spec``."""
-    sharding = {P(): where.replicated, P(AXIS): where.batch_sharding}
-    return jax.tree.map(lambda s, sub: put(sub, sharding[s]), spec, tree,
-                        is_leaf=lambda x: isinstance(x, P))
-
-
-# --------------------------------------------------------------------------- the pipeline
-class Stopped(Exception):
-    """The pipeline is shutting down: a thread leaves quietly."""
-
-
-class Batch(NamedTuple):
-    """One stream's rollout, already on the learner devices."""
-
-    data: jax.Array  # packed (trajectory, episode sums), one piece per learner device
-    version: int  # the params version that acted
-
-
-class Pipeline:
-    """What actor threads and the learner thread share, behind one condition variable: the
-    published params (per actor device, by version), the tickets, the collected batches."""
-
-    KEEP_VERSIONS = 2  # deterministic mode needs the newest two (see ``acting_version``)
-
-    def __init__(self, num_actor_devices: int, queue_size: int, num_streams: int):
-        self._cond = threading.Condition()
-        self._stopped = False
-        self._params: list[dict[int, Any]] = [{} for _ in range(num_actor_devices)]
-        self._ready: dict[int, Batch] = {}
-        self._streams = num_streams
-        # free-running: stream s may hold this many tickets not yet taken (queue_size in all,
-        # at least one each: a stream the learner waits for can always collect)
-        self._quota = [max(1, queue_size // num_streams + (s < queue_size % num_streams))
-                       for s in range(num_streams)]
-        self._reserved = [0] * num_streams  # free-running: tickets handed out, per stream
-        self._taken = [0] * num_streams  # tickets the learner took, per stream
-        self.max_outstanding = 0  # free-running: most tickets handed out and not yet taken
-
-    def _wait(self, ready: Callable[[], bool]) -> None:
-        while not ready():
-            if self._stopped:
-                raise Stopped
-            self._cond.wait(0.5)  # woken by notify_all; the timeout is only a safety net
-        if self._stopped:
-            raise Stopped
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._params = [{} for _ in self._params]
-            self._ready.clear()
-            self._cond.notify_all()
-
-    def publish(self, version: int, params_per_device: Sequence[Any]) -> None:
-        with self._cond:
-            for store, params in zip(self._params, params_per_device):
-                store[version] = params
-                for old in sorted(store)[: -self.KEEP_VERSIONS]:
-                    del store[old]
-            self._cond.notify_all()
-
-    def params(self, device_index: int, version: int) -> Any:
-        """Exactly the params of ``version`` (deterministic mode); waits for them."""
-        store = self._params[device_index]
-        with self._cond:
-            self._wait(lambda: version in store or max(store, default=-1) > version)
-            if version not in store:
-                raise RuntimeError(f"params version {version} was dropped before use")
-            return store[version]
-
-    def newest_params(self, device_index: int, at_least: int) -> tuple[int, Any]:
-        """(version, params) of the newest params, waiting for ``version >= at_least``."""
-        store = self._params[device_index]
-        with self._cond:
-            self._wait(lambda: max(store, default=-1) >= at_least)
-            version = max(store)
-            return version, store[version]
-
-    def reserve(self, stream: int) -> int:
-        """Free-running: the ticket of ``stream``'s next rollout, once fewer than its share of
-        ``queue_size`` are outstanding."""
-        with self._cond:
-            self._wait(lambda: self._reserved[stream] - self._taken[stream] < self._quota[stream])
-            ticket = self._reserved[stream] * self._streams + stream
-            self._reserved[stream] += 1
-            self.max_outstanding = max(self.max_outstanding,
-                                       sum(self._reserved) - sum(self._taken))
-            return ticket
-
-    def deliver(self, ticket: int, batch: Batch) -> None:
-        with self._cond:
-            if self._stopped:
-                raise Stopped
-            self._ready[ticket] = batch
-            self._cond.notify_all()
-
-    def keep_snapshot(self, store: dict, done: int, carry: Any, exact: bool) -> None:
-        """Keep a stream's env carry after ``done`` rollouts (free-running: only the newest)."""
-        with self._cond:
-            if not exact:
-                store.clear()
-            store[done] = carry
-
-    def snapshot(self, store: dict, done: int, exact: bool) -> Any:
-        """The carry kept after ``done`` rollouts (free-running: the newest kept)."""
-        with self._cond:
-            return store.pop(done) if exact else store[max(store)]
-
-    def take(self, ticket: int) -> tuple[Batch, int]:
-        """The batch of ``ticket`` (waits for it) and how many others are waiting."""
-        with self._cond:
-            self._wait(lambda: ticket in self._ready)
-            self._taken[ticket % self._streams] += 1
-            self._cond.notify_all()
-            return self._ready.pop(ticket), len(self._ready)
-
-
-class RoleStats:
-    """Counters a thread writes and others read (floats and ints only)."""
-
-    def __init__(self) -> None:
-        self.rollouts = 0
-        self.busy_s = 0.0
-
-
-def schedule(cfg: Any, stream: Stream, first: int,
-             pipeline: Pipeline) -> Iterator[tuple[int, int, int, Any]]:
-    """(update, ticket, params version, params) of each rollout of ``stream``, in order, until
-    the schedule ends (deterministic) or the pipeline stops (free-running). Its n-th rollout
-    draws the keys of update ``first + n``."""
-    runner, num_streams = cfg.runner, cfg.runner.num_streams
-    for n in range(cfg.num_updates - first) if runner.deterministic else itertools.count():
-        update = first + n
-        if runner.deterministic:
-            ticket = n * num_streams + stream.index
-            version = acting_version(runner, update)
-            params = pipeline.params(stream.device_index, version)
-        else:
-            ticket = pipeline.reserve(stream.index)
-            at_least = -1
-            if runner.stale_policy == "correct":  # no drops: rollout t // S of the stream is
-                # learned in update first + t // S
-                at_least = first + ticket // num_streams - runner.max_staleness
-            version, params = pipeline.newest_params(stream.device_index, at_least)
-        yield update, ticket, version, params
 
 
 def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run_key: jax.Array,
@@ -569,25 +248,6 @@ def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run
         jax.block_until_ready((carry, pieces))
         stats.busy_s += time.perf_counter() - start
         stats.rollouts += 1
-
-
-def chunk_ends(cfg: Any, first: int, done: int) -> bool:
-    """Whether a log chunk ends after ``done`` updates (chunks of ``log_every`` from ``first``,
-    as in the sync runner)."""
-    return (done - first) % cfg.log_every == 0 or done == cfg.num_updates
-
-
-class Chunk(NamedTuple):
-    """Metrics of updates ``first + 1 ... first + n`` as they leave the learner thread, with
-    the learner's state after them."""
-
-    first: int
-    device_rows: list[jax.Array]  # per update: the learner's metric vector
-    host_rows: dict[str, list]  # per update: host-measured values
-    start: float  # when the chunk began (perf_counter)
-    busy: tuple[float, list[float]]  # learner and actor busy seconds when it began
-    state: RunState | None = None  # env=(): the learner's part of the run state
-    behaviour: Any = ()  # deterministic mode: the packed params acting next (``acting_version``)
 
 
 def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, where: Layout,
@@ -675,7 +335,7 @@ def prepare(cfg: Any, key: jax.Array, state: RunState | None = None,
         begin = where.env_offset + s.index * where.per_stream
         share = jax.tree.map(lambda x, b=begin: x[b:b + where.per_stream], state.env)
         carries.append(jax.device_put(share, s.device))
-    learner_state = _placed(learner_state_spec(programs.algo), state._replace(
+    learner_state = place_tree(learner_state_spec(programs.algo), state._replace(
         env=(), behaviour_params=()), where, put_global)
     behaviour = put_global(state.behaviour_params, where.replicated)
     run_keys = [jax.device_put(state.key, d) for d in where.actor_devices]
@@ -694,7 +354,6 @@ def abstract_state(cfg: Any) -> RunState:
     return state._replace(behaviour_params=jax.ShapeDtypeStruct((size,), jnp.uint32))
 
 
-# --------------------------------------------------------------------------- the entry point
 def run(
     cfg: Any,
     key: jax.Array,
@@ -711,11 +370,8 @@ def run(
     last); the last three are wall-clock measurements, not part of the run's outcome.
     ``callbacks.on_state`` gets the run state after every log chunk. Ctrl-C stops after the
     chunk in flight, with ``on_state(final=True)``, and raises ``TrainingInterrupted``. Host envs
-    (``env="gymnasium:..."``/``"envpool:..."``) run in ``host_actors.run``."""
-    if is_host_env(cfg.env):
-        from jaxrl_async.runners import host_actors
-
-        return host_actors.run(cfg, key, callbacks, state, devices)
+    (``env="gymnasium:..."``/``"envpool:..."``) run in ``host_actors.run`` (``runners.run``
+    picks)."""
     try:
         return _run(cfg, key, callbacks or Callbacks(), state, devices)
     except BaseException as error:
@@ -776,9 +432,9 @@ def drive(cfg: Any, setup: Setup, callbacks: Callbacks, compile_s: float,
         versions[acting_version(runner, first)] = setup.behaviour
     for version in sorted(versions):
         publish(versions[version], where, pipeline, version)
-    threads = [_thread(f"actor-{s.index}", events, pipeline, target, *args)
+    threads = [role_thread(f"actor-{s.index}", events, pipeline, target, *args)
                for s, (target, args) in zip(where.streams, actors(pipeline, actor_stats))]
-    threads.append(_thread("learner", events, pipeline, learner_loop, cfg, programs,
+    threads.append(role_thread("learner", events, pipeline, learner_loop, cfg, programs,
                            setup.learner_state, first, where, pipeline, actor_stats,
                            learner_stats, events, versions))
     del setup, versions  # the threads own their buffers now
@@ -790,12 +446,12 @@ def drive(cfg: Any, setup: Setup, callbacks: Callbacks, compile_s: float,
             start = time.perf_counter()
             for thread in threads:
                 thread.start()
-            final = _supervise(cfg, threads, events, callbacks, programs.metric_names, rows,
+            final = supervise(cfg, threads, events, callbacks, programs.metric_names, rows,
                                functools.partial(env_state, pipeline), stop)
             train_s = time.perf_counter() - start
         collected = sum(s.rollouts for s in actor_stats) * where.per_stream * cfg.num_steps
     finally:
-        _shut_down(pipeline, threads)
+        shut_down(pipeline, threads)
 
     done = int(final.update)
     metrics = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]} if rows else {}
@@ -815,63 +471,3 @@ def drive(cfg: Any, setup: Setup, callbacks: Callbacks, compile_s: float,
     if done < cfg.num_updates:
         raise TrainingInterrupted(result)
     return result
-
-
-def _thread(role: str, events: queue.Queue, pipeline: Pipeline, target: Callable,
-            *args: Any) -> threading.Thread:
-    """A thread running ``target(*args)``; an exception stops the pipeline and goes to the
-    caller through ``events``."""
-    return threading.Thread(target=_guarded, args=(events, pipeline, target, *args),
-                            name=f"{THREAD_PREFIX}-{role}", daemon=True)
-
-
-def _guarded(events: queue.Queue, pipeline: Pipeline, target: Callable, *args: Any) -> None:
-    # Arguments, not a closure: a frame's locals can be cleared, a closure's cells cannot.
-    try:
-        target(*args)
-    except Stopped:
-        pass
-    except BaseException as error:  # noqa: BLE001 - re-raised in the caller
-        pipeline.stop()
-        events.put(("error", error))
-
-
-def _supervise(cfg: Any, threads: list[threading.Thread], events: queue.Queue,
-               callbacks: Callbacks, names: tuple[str, ...], rows: list[dict],
-               env_state: Callable[[int], Any], stop: StopOnInterrupt) -> RunState:
-    """The calling thread's part: deliver metrics and the run state after each chunk to the
-    callbacks, until the learner's last chunk or, after a Ctrl-C, the next chunk; re-raise the
-    first exception of any thread. Waits with a timeout, so signals get through."""
-    learner = threads[-1]
-    while True:
-        try:
-            kind, payload = events.get(timeout=0.2)
-        except queue.Empty:
-            if not learner.is_alive() and events.empty():
-                raise RuntimeError("the learner thread ended without a result") from None
-            continue
-        if kind == "error":
-            raise payload
-        rows.append(_deliver(payload, names, callbacks))
-        done = payload.first + len(payload.device_rows)
-        state = payload.state._replace(env=env_state(done), behaviour_params=payload.behaviour)
-        final = done == cfg.num_updates or stop.requested
-        callbacks.on_state(state, final=final, update=done)
-        if final:
-            return state
-
-
-def _deliver(chunk: Chunk, names: tuple[str, ...], callbacks: Callbacks) -> dict[str, np.ndarray]:
-    values = np.stack(jax.device_get(chunk.device_rows))  # [updates, metrics]
-    rows = dict(zip(names, values.T))
-    rows.update({k: np.asarray(v) for k, v in chunk.host_rows.items()})
-    callbacks.on_metrics(chunk.first, rows)
-    return rows
-
-
-def _shut_down(pipeline: Pipeline, threads: list[threading.Thread]) -> None:
-    """Stop the pipeline (waiting threads leave at once) and join every thread started."""
-    pipeline.stop()
-    for thread in threads:
-        if thread.ident is not None:
-            thread.join()

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxrl_async.runners.common import Callbacks
+from jaxrl_async.runners.state import Callbacks
 
 
 def _clean(value: Any) -> Any:

@@ -1,0 +1,97 @@
+"""The module layers (docs/design.md, "A picture in words"): a module imports only modules of its own layer or lower,
+and no two modules import each other, directly or through others. Imports are read with
+``ast`` (inside functions too), so a lazy import cannot hide a circle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "jaxrl_async"
+
+# Bottom to top; a module belongs to the first entry that is its name or a package above it.
+LAYERS = [
+    ["jaxrl_async.envs", "jaxrl_async.distributed"],
+    ["jaxrl_async.networks"],
+    ["jaxrl_async.config"],
+    ["jaxrl_async.algos"],
+    ["jaxrl_async.rollout"],
+    ["jaxrl_async.runners"],
+    ["jaxrl_async.evaluate", "jaxrl_async.checkpoint", "jaxrl_async.sinks"],
+    ["jaxrl_async.train"],
+    ["jaxrl_async.sweep"],
+    ["jaxrl_async.cli"],
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The package modules ``name`` imports (``from a import b``: ``a.b`` where that is a
+    module, else ``a``)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+    return {m for m in found if m in known and m != name}
+
+
+def layer(name: str) -> int:
+    for index, names in enumerate(LAYERS):
+        if any(name == n or name.startswith(n + ".") for n in names):
+            return index
+    raise AssertionError(f"{name} is in no layer: add it to LAYERS (and to docs/design.md)")
+
+
+def test_every_module_imports_only_its_layer_or_lower():
+    found = modules()
+    wrong = []
+    for name, path in found.items():
+        if name == "jaxrl_async":  # the package's public face re-exports every layer
+            continue
+        for other in imports(name, path, set(found)):
+            if other != "jaxrl_async" and layer(other) > layer(name):
+                wrong.append(f"{name} (layer {layer(name)}) imports {other} "
+                             f"(layer {layer(other)})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_circles():
+    found = modules()
+    graph = {name: imports(name, path, set(found)) - {"jaxrl_async"}
+             for name, path in found.items()}
+    circles = []
+    for start in graph:
+        stack, seen = [(start, (start,))], set()
+        while stack:
+            node, trail = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    circles.append(" -> ".join((*trail, start)))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, (*trail, nxt)))
+    # A package's __init__ importing its own submodules is not a circle unless one of them
+    # imports the package back.
+    assert not circles, "\n".join(sorted(set(circles)))
+
+
+def test_no_module_is_loaded_by_a_string():
+    offenders = [name for name, path in modules().items()
+                 if "import_module(" in path.read_text() and name != "jaxrl_async.envs.host"]
+    assert not offenders, f"importlib.import_module where an import would do: {offenders}"

@@ -1,6 +1,6 @@
-"""The module layers (docs/design.md, "A picture in words"): a module imports only modules of its own layer or lower,
-and no two modules import each other, directly or through others. Imports are read with
-``ast`` (inside functions too), so a lazy import cannot hide a circle."""
+"""The module layers (docs/design.md, "A picture in words"): a module imports only modules of
+its own layer or lower, and no two modules import each other, directly or through others.
+Imports are read with ``ast`` (inside functions too), so a lazy import cannot hide a circle."""
 
 from __future__ import annotations
 

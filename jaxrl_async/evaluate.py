@@ -21,7 +21,7 @@ from jax import lax
 
 from jaxrl_async.algos import make_algorithm
 from jaxrl_async.envs import RunningMoments, make_env, normalize
-from jaxrl_async.rollout import env_keys
+from jaxrl_async.rollout import env_keys, reset
 from jaxrl_async.runners.state import RunState, TrainResult
 
 
@@ -55,20 +55,15 @@ def _env_algo(cfg: Any):
 def _policy(cfg: Any, greedy: bool):
     """``(params, obs [B], keys [B], memory, first) -> (action [B], memory)``."""
     env, algo = _env_algo(cfg)
-    recurrent = algo.init_memory is not None
     if algo.eval_act is None and greedy:
         raise ValueError(f"{type(cfg).__name__}: the {cfg.name} algorithm has no eval_act, so "
                          "it cannot act greedily; use greedy=False (its behaviour policy)")
 
     def one(params, obs, key, memory, first):
         if algo.eval_act is None:  # greedy=False: the behaviour policy
-            if recurrent:
-                action, _, memory = algo.act(params, obs, key, memory, first)
-                return action, memory
-            return algo.act(params, obs, key)[0], memory
-        if recurrent:
-            return algo.eval_act(params, obs, key, greedy, memory, first)
-        return algo.eval_act(params, obs, key, greedy), memory
+            action, _, memory = algo.act(params, obs, key, memory, first)
+            return action, memory
+        return algo.eval_act(params, obs, key, greedy, memory, first)
 
     return jax.vmap(one, in_axes=(None, 0, 0, 0, 0)), algo
 
@@ -84,12 +79,9 @@ def _program(cfg: Any, num_episodes: int, greedy: bool, max_steps: int):
 
         ids = jnp.arange(num_episodes, dtype=jnp.int32)
         reset_key, key = jax.random.split(key)
-        obs, env_state = env.reset(env_keys(reset_key, ids))
-        memory = ()
-        if algo.init_memory is not None:
-            memory = jax.vmap(lambda _: algo.init_memory())(ids)
+        env_state, obs, first, memory = reset(env, algo, reset_key, ids)
         zeros = jnp.zeros(num_episodes, jnp.float32)
-        carry = (env_state, observe(obs), memory, jnp.ones(num_episodes, bool),
+        carry = (env_state, observe(obs), memory, first,
                  jnp.zeros(num_episodes, bool), zeros, zeros, jnp.int32(0))
 
         def running(c):

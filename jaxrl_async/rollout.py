@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_async.algos.base import Algorithm, Trajectory
+from jaxrl_async.algos.base import Algorithm, Trajectory, has_memory
 from jaxrl_async.envs import VecEnv
 
 
@@ -44,9 +44,8 @@ def step_keys(key: jax.Array, num_steps: int, env_id: jax.Array) -> jax.Array:
 def reset(env: VecEnv, algo: Algorithm, key: jax.Array, env_id: jax.Array) -> EnvCarry:
     """Reset the envs ``env_id [B]`` (and the policy's memory, for a recurrent algorithm)."""
     obs, env_state = env.reset(env_keys(key, env_id))
-    memory = ()
-    if algo.init_memory is not None:
-        memory = jax.vmap(lambda _: algo.init_memory())(env_id)
+    memory = jax.tree.map(lambda m: jnp.broadcast_to(m, (*env_id.shape, *jnp.shape(m))),
+                          algo.init_memory())
     return EnvCarry(env_state, obs, jnp.ones(env_id.shape, bool), memory)
 
 
@@ -63,22 +62,19 @@ def rollout(
 ) -> tuple[EnvCarry, Trajectory, EpisodeSums]:
     """Collect ``num_steps`` steps of every env with ``algo.act`` vmapped over envs.
 
-    A recurrent algorithm (``algo.init_memory`` set) is called as
-    ``act(params, obs, key, memory, first) -> (action, extras, memory)``; the memory it was
-    given and the ``first`` flags go into ``extras["memory"]`` and ``extras["first"]``, so the
-    learner can re-run the sequence from ``extras["memory"][0]``. ``first_step``: the step index
-    (``Trajectory.step``) of the rollout's first step.
+    For a recurrent policy (``has_memory``) the memory each step was given and the ``first``
+    flags go into ``extras["memory"]`` and ``extras["first"]``, so the learner can re-run the
+    sequence from ``extras["memory"][0]``. ``first_step``: the step index (``Trajectory.step``)
+    of the rollout's first step.
     """
-    recurrent = algo.init_memory is not None
-    act_batch = jax.vmap(algo.act, in_axes=(None, 0, 0, 0, 0) if recurrent else (None, 0, 0))
+    recurrent = has_memory(algo)
+    act_batch = jax.vmap(algo.act, in_axes=(None, 0, 0, 0, 0))
 
     def step(carry: tuple[EnvCarry, EpisodeSums], keys: jax.Array):
         (env_state, obs, first, memory), sums = carry
+        action, extras, next_memory = act_batch(params, obs, keys[:, 0], memory, first)
         if recurrent:
-            action, extras, next_memory = act_batch(params, obs, keys[:, 0], memory, first)
             extras = {**extras, "memory": memory, "first": first}
-        else:
-            (action, extras), next_memory = act_batch(params, obs, keys[:, 0]), memory
         next_obs, env_state, reward, terminated, truncated, info = env.step(
             keys[:, 1], env_state, action
         )

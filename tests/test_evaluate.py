@@ -51,10 +51,15 @@ def test_continuous_greedy_action_is_the_mean():
     _, algo = build(cfg)
     params = algo.init(jax.random.key(0)).params
     obs = jnp.array([0.5, -0.2, 0.1])
-    a = algo.eval_act(params, obs, jax.random.key(1), True)
-    b = algo.eval_act(params, obs, jax.random.key(2), True)
+    def eval_act(key, greedy):
+        action, memory = algo.eval_act(params, obs, key, greedy, (), False)
+        assert memory == ()
+        return action
+
+    a = eval_act(jax.random.key(1), True)
+    b = eval_act(jax.random.key(2), True)
     np.testing.assert_array_equal(a, b)
-    assert not np.allclose(algo.eval_act(params, obs, jax.random.key(1), False), a)
+    assert not np.allclose(eval_act(jax.random.key(1), False), a)
     result = jra.evaluate(params, cfg, num_episodes=2)
     assert result["lengths"].tolist() == [200.0, 200.0]  # Pendulum always runs its time limit
 

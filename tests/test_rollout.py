@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_async.algos.base import Algorithm
+from jaxrl_async.algos.base import Algorithm, memoryless
 from jaxrl_async.envs import make_env
 from jaxrl_async.rollout import reset, rollout
 
@@ -20,9 +20,10 @@ def counting_algorithm(recurrent: bool) -> Algorithm:
         action, extras = act_ff(params, obs, key)
         return action, extras, memory
 
-    return Algorithm(init=lambda k: None, act=act_rnn if recurrent else act_ff,
-                     learn=lambda *a, **k: None,
-                     init_memory=(lambda: jnp.zeros((), jnp.int32)) if recurrent else None)
+    if recurrent:
+        return Algorithm(init=lambda k: None, act=act_rnn, learn=lambda *a, **k: None,
+                         init_memory=lambda: jnp.zeros((), jnp.int32))
+    return Algorithm(init=lambda k: None, act=memoryless(act_ff), learn=lambda *a, **k: None)
 
 
 def run(recurrent: bool, env_id, num_steps=300):

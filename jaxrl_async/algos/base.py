@@ -31,21 +31,23 @@ class Trajectory(NamedTuple):
 class Algorithm(NamedTuple):
     """An algorithm as pure functions, closed over its config and env spec.
 
+    One calling convention for every policy, recurrent or not (a feedforward policy's memory is
+    ``()``, and ``memoryless`` adapts a policy written without one):
+
     - ``init(key) -> state``: learner state (params, optimizer state, counters).
-    - ``act(params, obs, key) -> (action, extras)``: behaviour policy for ONE observation
-      (the rollout vmaps it over envs); ``extras`` go into ``Trajectory.extras``.
+    - ``act(params, obs, key, memory, first) -> (action, extras, memory)``: behaviour policy for
+      ONE observation (the rollout vmaps it over envs); ``extras`` go into
+      ``Trajectory.extras``; ``memory`` is the policy's state before this step, to be reset
+      where ``first`` (the first step of an episode).
     - ``learn(state, traj, key, axis_name=None) -> (state, metrics)``: one update from a
       ``[T, B]`` trajectory; with ``axis_name`` it all-reduces gradients and metrics over it.
     - ``policy_params(state) -> params``: what the actors need from the learner state.
-    - ``init_memory() -> memory``: for recurrent policies, one env's initial memory; then
-      ``act(params, obs, key, memory, first) -> (action, extras, memory)`` must reset the memory
-      where ``first`` (the first step of an episode). ``None`` for feedforward policies.
-    - ``eval_act(params, obs, key, greedy) -> action``: the policy for evaluation, on ONE
-      observation; ``greedy=True`` takes the distribution's mode (argmax, or the Gaussian mean),
-      ``greedy=False`` samples as in training (no exploration schedule). Recurrent algorithms
-      take and return the memory like ``act``:
-      ``eval_act(params, obs, key, greedy, memory, first) -> (action, memory)``. Optional
-      (``None``): ``jra.evaluate`` then needs ``greedy=False`` and falls back to ``act``.
+    - ``init_memory() -> memory``: one env's initial memory; ``()`` for feedforward policies.
+    - ``eval_act(params, obs, key, greedy, memory, first) -> (action, memory)``: the policy
+      for evaluation, on ONE observation; ``greedy=True`` takes the distribution's mode (argmax,
+      or the Gaussian mean), ``greedy=False`` samples as in training (no exploration schedule).
+      Optional (``None``): ``jra.evaluate`` then needs ``greedy=False`` and falls back to
+      ``act``.
 
     Learner state that belongs to the envs rather than to the learner (a replay buffer) is
     wrapped in ``PerEnv``: ``init`` returns ONE env's share, runners give every env its copy
@@ -53,11 +55,33 @@ class Algorithm(NamedTuple):
     """
 
     init: Callable[[jax.Array], Any]
-    act: Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]
+    act: Callable[..., tuple[jax.Array, dict[str, jax.Array], Any]]
     learn: Callable[..., tuple[Any, dict[str, jax.Array]]]
     policy_params: Callable[[Any], Any] = lambda state: state.params
-    init_memory: Callable[[], Any] | None = None
-    eval_act: Callable[..., Any] | None = None
+    init_memory: Callable[[], Any] = lambda: ()
+    eval_act: Callable[..., tuple[jax.Array, Any]] | None = None
+
+
+def memoryless(act: Callable[..., Any] | None, evaluation: bool = False) -> Any:
+    """A feedforward policy in ``Algorithm``'s convention: ``act(params, obs, key) -> (action,
+    extras)`` (or, with ``evaluation``, ``eval_act(params, obs, key, greedy) -> action``) taking
+    and returning the (empty) memory it is given."""
+    if act is None:
+        return None
+    if evaluation:
+        return lambda params, obs, key, greedy, memory, first: (act(params, obs, key, greedy),
+                                                                memory)
+
+    def with_memory(params, obs, key, memory, first):
+        action, extras = act(params, obs, key)
+        return action, extras, memory
+
+    return with_memory
+
+
+def has_memory(algo: Algorithm) -> bool:
+    """Whether ``algo``'s policy is recurrent (its memory has arrays)."""
+    return bool(jax.tree.leaves(jax.eval_shape(algo.init_memory)))
 
 
 class PerEnv(NamedTuple):

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_async.algos.base import Algorithm, PerEnv, Trajectory, pmean
+from jaxrl_async.algos.base import Algorithm, PerEnv, Trajectory, memoryless, pmean
 from jaxrl_async.algos.replay import (
     Batch as ReplayBatch,
 )
@@ -178,5 +178,5 @@ def make_algorithm(cfg: DQNConfig, spec: EnvSpec) -> Algorithm:
                              PerEnv(replay), state.updates + 1, learner.gradient_steps)
         return new_state, pmean(metrics, axis_name)
 
-    return Algorithm(init=init, act=act, learn=learn, policy_params=policy_params,
-                     eval_act=eval_act)
+    return Algorithm(init=init, act=memoryless(act), learn=learn, policy_params=policy_params,
+                     eval_act=memoryless(eval_act, evaluation=True))

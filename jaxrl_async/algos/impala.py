@@ -13,7 +13,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_async.algos.base import Algorithm, LearnerState, Trajectory, pmean, standardize
+from jaxrl_async.algos.base import (
+    Algorithm,
+    LearnerState,
+    Trajectory,
+    memoryless,
+    pmean,
+    standardize,
+)
 from jaxrl_async.algos.returns import vtrace
 from jaxrl_async.config import (
     TrainConfig,
@@ -133,4 +140,5 @@ def make_algorithm(cfg: ImpalaConfig, spec: EnvSpec) -> Algorithm:
         params = optax.apply_updates(state.params, updates)
         return LearnerState(params, opt_state), pmean(metrics, axis_name)
 
-    return Algorithm(init=init, act=act, learn=learn, eval_act=eval_act)
+    return Algorithm(init=init, act=memoryless(act), learn=learn,
+                     eval_act=memoryless(eval_act, evaluation=True))

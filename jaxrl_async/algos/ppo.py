@@ -15,6 +15,7 @@ from jaxrl_async.algos.base import (
     Algorithm,
     LearnerState,
     Trajectory,
+    memoryless,
     minibatch_epochs,
     standardize,
 )
@@ -180,4 +181,5 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
         return minibatch_epochs(loss, optimizer, state, data, key, cfg.update_epochs,
                                 cfg.num_minibatches, axis_name, prepare, cfg.grad_accum_steps)
 
-    return Algorithm(init=init, act=act, learn=learn, eval_act=eval_act)
+    return Algorithm(init=init, act=memoryless(act), learn=learn,
+                     eval_act=memoryless(eval_act, evaluation=True))

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_async.algos.base import Algorithm, LearnerState, Trajectory, minibatch_epochs
+from jaxrl_async.algos.base import Algorithm, LearnerState, Trajectory, memoryless, minibatch_epochs
 from jaxrl_async.algos.returns import q_lambda_returns
 from jaxrl_async.config import (
     TrainConfig,
@@ -132,5 +132,5 @@ def make_algorithm(cfg: PQNConfig, spec: EnvSpec) -> Algorithm:
         metrics = {**metrics, "epsilon": epsilon(state.updates)}
         return PQNState(learner.params, learner.opt_state, state.updates + 1), metrics
 
-    return Algorithm(init=init, act=act, learn=learn, policy_params=policy_params,
-                     eval_act=eval_act)
+    return Algorithm(init=init, act=memoryless(act), learn=learn, policy_params=policy_params,
+                     eval_act=memoryless(eval_act, evaluation=True))

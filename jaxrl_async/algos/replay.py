@@ -4,11 +4,10 @@ The buffer lives in the learner state (wrapped in ``PerEnv``), so under both run
 inserts its trajectory and then takes a fixed number of sampled gradient steps: the
 samples-per-insert ratio is set by the config and cannot drift with actor or learner speed.
 
-Ours rather than flashbax's trajectory buffer (``experiments/bench_replay.py``, README):
+Ours rather than flashbax's trajectory buffer (``experiments/bench_replay.py`` compares them;
+the figures are in docs/results.md):
 
-- faster where it was measured to be: at CartPole size (obs 4, 50k transitions, batch 128, n=3)
-  1.1-1.25x on insert and on drawing the learner's n-step batch; at MinAtar size (obs 400)
-  equal within noise. Insert is one ``dynamic_update_slice`` per leaf (the per-env capacity is a
+- less work per call: insert is one ``dynamic_update_slice`` per leaf (the per-env capacity is a
   multiple of the rollout length, so an insert never wraps) where flashbax scatters to modular
   indices, and a batch gathers only what the n-step target needs;
 - every env draws its samples with its own key, ``fold_in(key, global env id)``, so a batch is

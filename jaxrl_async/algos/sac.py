@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxrl_async.algos.base import Algorithm, PerEnv, Trajectory, pmean
+from jaxrl_async.algos.base import Algorithm, PerEnv, Trajectory, memoryless, pmean
 from jaxrl_async.algos.replay import (
     Batch as ReplayBatch,
 )
@@ -174,5 +174,6 @@ def make_algorithm(cfg: SACConfig, spec: EnvSpec) -> Algorithm:
                              PerEnv(replay))
         return new_state, pmean(metrics, axis_name)
 
-    return Algorithm(init=init, act=act, learn=learn,
-                     policy_params=lambda state: state.params.actor, eval_act=eval_act)
+    return Algorithm(init=init, act=memoryless(act), learn=learn,
+                     policy_params=lambda state: state.params.actor,
+                     eval_act=memoryless(eval_act, evaluation=True))

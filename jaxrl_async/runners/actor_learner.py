@@ -213,7 +213,7 @@ def compile_with_learner(cfg: Any, algo: Algorithm, where: Layout, init: Callabl
     lowered.append(jax.jit(on_learners(learner)).lower(learner_state, batches))
     lowered.append(jax.jit(pack_params).lower(learner_state))
     lowered.append(jax.jit(init).lower(jax.random.key(0)))
-    # One after the other: compiling them in parallel threads was measured 2x slower on 2 cores.
+    # One after the other: parallel compiles compete for the same cores (docs/results.md).
     compiled = [program.compile(options) for program in lowered]
     *actor_fns, learner_fn, pack_fn, init_fn = compiled
     return Programs(actor_fns, learner_fn, pack_fn, init_fn, names, algo)

@@ -40,6 +40,7 @@ import numpy as np
 from jax.sharding import SingleDeviceSharding
 
 from jaxrl_async.algos import Algorithm, Trajectory, make_algorithm
+from jaxrl_async.algos.base import has_memory
 from jaxrl_async.envs import EnvSpec
 from jaxrl_async.envs.host import HostVecEnv, host_env_spec, make_host_env
 from jaxrl_async.rollout import EpisodeSums, env_keys, step_index, step_keys
@@ -103,9 +104,11 @@ def act_keys(run_key: jax.Array, update: jax.Array, num_steps: int,
 
 def policy_step(algo: Algorithm, params: Any, obs: jax.Array,
                 key_data: jax.Array) -> tuple[jax.Array, dict]:
-    """``algo.act`` over the envs, ``obs [B, ...]``, with the act keys ``key_data [B, 2]``."""
+    """``algo.act`` of a feedforward policy (no memory) over the envs, ``obs [B, ...]``, with
+    the act keys ``key_data [B, 2]``."""
     keys = jax.random.wrap_key_data(key_data)
-    return jax.vmap(algo.act, in_axes=(None, 0, 0))(params, obs, keys)
+    one = lambda p, o, k: algo.act(p, o, k, (), False)[:2]
+    return jax.vmap(one, in_axes=(None, 0, 0))(params, obs, keys)
 
 
 def piece_shapes(cfg: Any, spec: EnvSpec, act_out: Any, width: int) -> tuple:
@@ -129,7 +132,7 @@ def piece_shapes(cfg: Any, spec: EnvSpec, act_out: Any, width: int) -> tuple:
 def compile_host_programs(cfg: Any, algo: Algorithm, spec: EnvSpec, where: Layout) -> HostPrograms:
     """Compile the policy step and params unpacking for every actor device, and the learner
     programs for the pieces host actors deliver, from shapes alone."""
-    if algo.init_memory is not None:
+    if has_memory(algo):
         raise ValueError(f"{type(cfg).__name__}.env: host envs support feedforward policies "
                          "only (this algorithm's policy is recurrent)")
     per_stream = where.per_stream

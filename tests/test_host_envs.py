@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
+from jaxrl_async import runners
 from jaxrl_async.algos import make_algorithm
 from jaxrl_async.config import to_dict
 from jaxrl_async.envs import EnvSpec, VecEnv, env_spec, make_env, make_host_env
 from jaxrl_async.envs.wrappers import EpisodeStatistics
 from jaxrl_async.rollout import EnvCarry, rollout
-from jaxrl_async.runners import actor_learner, host_actors, pipeline, placement
+from jaxrl_async.runners import host_actors, pipeline, placement
 from jaxrl_async.runners.common import update_keys
 from jaxrl_async.sinks import final_return
 
@@ -180,8 +181,8 @@ def test_a_seed_reproduces_a_run_whatever_the_vectorization():
     # 2 streams of 2 envs, lag 1: deterministic mode is a lock-step schedule, the envs are
     # seeded per env id, so two runs agree bit for bit, gymnasium's 'async' vector env too.
     one, two, in_processes = (
-        actor_learner.run(ppo("CartPole-v1", dict(actors_per_device=2, host_vectorization=mode)),
-                   jax.random.key(4), devices=jax.local_devices()[:2])
+        runners.run(ppo("CartPole-v1", dict(actors_per_device=2, host_vectorization=mode)),
+             jax.random.key(4), devices=jax.local_devices()[:2])
         for mode in ("sync", "sync", "async"))
     for other in (two, in_processes):
         for x, y in zip(jax.tree.leaves(one.params), jax.tree.leaves(other.params), strict=True):
@@ -202,7 +203,7 @@ def test_an_env_that_raises_reaches_the_caller(mode):
               total_timesteps=4 * 16 * 50)
     threads_before = set(threading.enumerate())
     with pytest.raises(RuntimeError, match="env exploded at step 25"):
-        actor_learner.run(cfg, jax.random.key(0), devices=jax.local_devices()[:2])
+        runners.run(cfg, jax.random.key(0), devices=jax.local_devices()[:2])
     assert runner_threads() == [] and set(threading.enumerate()) <= threads_before
     assert multiprocessing.active_children() == []  # the 'async' env workers are gone
 

@@ -24,6 +24,7 @@ from jaxrl_async.logging import final_return
 from jaxrl_async.rollout import EnvCarry, rollout
 from jaxrl_async.runners import async_, host_actors
 from jaxrl_async.runners.common import update_keys
+from tests.conftest import async_ppo, compile_once, no_threads_left, runner_threads
 
 COUNTER = "jaxrl-test/Counter-v0"
 EXPLODING = "jaxrl-test/Exploding-v0"
@@ -87,32 +88,20 @@ SMALL = dict(num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2,
 
 
 def ppo(env: str, runner: dict | None = None, **kw) -> jra.PPOConfig:
-    return jra.PPOConfig(env=f"gymnasium:{env}", **{**SMALL, **kw},
-                         runner=jra.AsyncConfig(**(runner or {})))
+    return async_ppo({"env": f"gymnasium:{env}", **SMALL}, runner, **kw)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def reuse_compiled():
     """Compile once per program in this module: the programs depend on the env only through its
     spec, and on the runner only through where the actors and learners are."""
-    cache, compile_host_programs = {}, host_actors.compile_host_programs
 
-    def cached(cfg, algo, spec, where):
+    def key(cfg, algo, spec, where):
         fields = {k: v for k, v in to_dict(cfg).items() if k not in ("env", "runner")}
-        key = (json.dumps(fields, sort_keys=True), dataclasses.replace(spec, env_id=""),
-               cfg.runner.num_streams, tuple(where.actor_devices), tuple(where.learner_devices))
-        if key not in cache:
-            cache[key] = compile_host_programs(cfg, algo, spec, where)
-        return cache[key]
+        return (json.dumps(fields, sort_keys=True), dataclasses.replace(spec, env_id=""),
+                cfg.runner.num_streams, tuple(where.actor_devices), tuple(where.learner_devices))
 
-    patch = pytest.MonkeyPatch()
-    patch.setattr(host_actors, "compile_host_programs", cached)
-    yield
-    patch.undo()
-
-
-def runner_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith(async_.THREAD_PREFIX)]
+    yield from compile_once(host_actors, "compile_host_programs", key)
 
 
 # --------------------------------------------------------------------------- trajectories
@@ -203,7 +192,7 @@ def test_an_env_that_raises_reaches_the_caller(mode):
     threads_before = set(threading.enumerate())
     with pytest.raises(RuntimeError, match="env exploded at step 25"):
         async_.run(cfg, jax.random.key(0), devices=jax.local_devices()[:2])
-    assert runner_threads() == [] and set(threading.enumerate()) <= threads_before
+    assert no_threads_left(threads_before)
     assert multiprocessing.active_children() == []  # the 'async' env workers are gone
 
 

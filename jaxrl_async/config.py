@@ -360,6 +360,34 @@ class TrainConfig:
             fail(self, "env", f"must have {kind} actions for {type(self).__name__}")
 
 
+# --------------------------------------------------------------------------- field mixins
+# Fields several algorithms declare: a config lists the mixin before its base class
+# (``class PPOConfig(OptimizerFields, TrainConfig)``), so the mixin's fields follow the base's,
+# and changes a default with ``redefault(OptimizerFields, "lr", 3e-3)``.
+@config
+class OptimizerFields:
+    """The learning rate and gradient clipping of a gradient-trained learner."""
+
+    lr: float = hyper(2.5e-4, positive)
+    """Adam learning rate."""
+    anneal_lr: bool = static(True, boolean)
+    """Anneal the learning rate linearly to 0 over training."""
+    max_grad_norm: float = hyper(0.5, positive)
+    """Global-norm gradient clipping (optax.clip_by_global_norm)."""
+
+
+@config
+class EpsilonGreedyFields:
+    """The linear exploration schedule of an epsilon-greedy policy."""
+
+    eps_start: float = hyper(1.0, in_range(0.0, 1.0))
+    """Exploration epsilon at the start."""
+    eps_end: float = hyper(0.05, in_range(0.0, 1.0))
+    """Exploration epsilon after the decay."""
+    eps_decay_fraction: float = static(0.3, in_range(0.0, 1.0, lo_open=True))
+    """Fraction of total_timesteps over which epsilon falls linearly to eps_end."""
+
+
 def field_docs(cls: type) -> dict[str, str]:
     """The attribute docstrings of a config class and its bases (the one source of help text)."""
     import ast

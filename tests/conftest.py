@@ -2,6 +2,7 @@
 JAX is imported anywhere."""
 
 import os
+import threading
 
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
@@ -16,3 +17,40 @@ import pytest  # noqa: E402
 def devices():
     assert jax.local_device_count() >= 4, "conftest must set the device count before jax loads"
     return jax.local_devices()
+
+
+# --------------------------------------------------------------------------- async runner helpers
+def async_ppo(base: dict, runner: dict | None = None, **kw):
+    """A PPOConfig of ``base`` updated by ``kw``, run by ``AsyncConfig(**runner)``."""
+    import jaxrl_async as jra
+
+    return jra.PPOConfig(**{**base, **kw}, runner=jra.AsyncConfig(**(runner or {})))
+
+
+def runner_threads() -> list[threading.Thread]:
+    """The async runner's threads still alive."""
+    from jaxrl_async.runners import pipeline
+
+    return [t for t in threading.enumerate() if t.name.startswith(pipeline.THREAD_PREFIX)]
+
+
+def no_threads_left(threads_before: set[threading.Thread]) -> bool:
+    """No runner thread alive, and no thread that was not there before."""
+    return runner_threads() == [] and set(threading.enumerate()) <= threads_before
+
+
+def compile_once(module, name: str, key):
+    """Generator for a module-scoped fixture: patch ``module.name`` (a compile function) to
+    compile once per ``key(*args)`` while the fixture lives."""
+    cache, compile_fn = {}, getattr(module, name)
+
+    def cached(*args):
+        k = key(*args)
+        if k not in cache:
+            cache[k] = compile_fn(*args)
+        return cache[k]
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(module, name, cached)
+    yield
+    patch.undo()

@@ -18,9 +18,10 @@ import pytest
 import jaxrl_async as jra
 from jaxrl_async import runners
 from jaxrl_async.cli import config_from_args, train_parser
-from jaxrl_async.runners import actor_learner, pipeline, placement
+from jaxrl_async.runners import actor_learner, placement
 from jaxrl_async.runners.state import Callbacks
 from jaxrl_async.sinks import final_return
+from tests.conftest import async_ppo, compile_once, no_threads_left, runner_threads
 
 SMALL = dict(env="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=2, update_epochs=2,
              total_timesteps=8 * 16 * 8, log_every=3)
@@ -28,34 +29,23 @@ HOST_METRICS = {"actor_busy", "learner_busy", "queue_depth", "dropped_batches"}
 
 
 def ppo(runner: dict, **kw) -> jra.PPOConfig:
-    return jra.PPOConfig(**{**SMALL, **kw}, runner=jra.AsyncConfig(**runner))
+    return async_ppo(SMALL, runner, **kw)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def reuse_compiled():
     """Compile once per config and device layout in this module: the programs depend on the
     runner only through where the actors and learners are, not on its schedule."""
-    cache, compile_programs = {}, actor_learner.compile_programs
 
-    def cached(cfg, env, algo, where):
+    def key(cfg, env, algo, where):
         r = cfg.runner
         layout_only = jra.AsyncConfig(actor_devices=r.actor_devices,
                                       learner_devices=r.learner_devices,
                                       actors_per_device=r.actors_per_device)
-        key = (dataclasses.replace(cfg, runner=layout_only), tuple(where.actor_devices),
-               tuple(where.learner_devices))
-        if key not in cache:
-            cache[key] = compile_programs(cfg, env, algo, where)
-        return cache[key]
+        return (dataclasses.replace(cfg, runner=layout_only), tuple(where.actor_devices),
+                tuple(where.learner_devices))
 
-    patch = pytest.MonkeyPatch()
-    patch.setattr(actor_learner, "compile_programs", cached)
-    yield
-    patch.undo()
-
-
-def runner_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith(pipeline.THREAD_PREFIX)]
+    yield from compile_once(actor_learner, "compile_programs", key)
 
 
 def assert_same_run(a, b, rtol=0.0, atol=0.0, names=None):
@@ -179,7 +169,7 @@ def test_an_exception_in_a_thread_reaches_the_caller(monkeypatch, role):
     assert time.perf_counter() - raised_at[0] < 3.0
     text = "".join(traceback.format_tb(error.value.__traceback__))
     assert "in step" in text and f"{role}_loop" in text  # the original traceback
-    assert runner_threads() == [] and set(threading.enumerate()) <= threads_before
+    assert no_threads_left(threads_before)
     gc.collect()
     assert len(jax.live_arrays()) <= buffers_before  # while the exception is still held
 

@@ -22,9 +22,10 @@ from jaxrl_async.config import to_dict
 from jaxrl_async.envs import EnvSpec, VecEnv, env_spec, make_env, make_host_env
 from jaxrl_async.envs.wrappers import EpisodeStatistics
 from jaxrl_async.rollout import EnvCarry, rollout
-from jaxrl_async.runners import host_actors, pipeline, placement
+from jaxrl_async.runners import host_actors, placement
 from jaxrl_async.runners.common import update_keys
 from jaxrl_async.sinks import final_return
+from tests.conftest import async_ppo, compile_once, no_threads_left, runner_threads
 
 COUNTER = "jaxrl-test/Counter-v0"
 EXPLODING = "jaxrl-test/Exploding-v0"
@@ -88,32 +89,20 @@ SMALL = dict(num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2,
 
 
 def ppo(env: str, runner: dict | None = None, **kw) -> jra.PPOConfig:
-    return jra.PPOConfig(env=f"gymnasium:{env}", **{**SMALL, **kw},
-                         runner=jra.AsyncConfig(**(runner or {})))
+    return async_ppo({"env": f"gymnasium:{env}", **SMALL}, runner, **kw)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def reuse_compiled():
     """Compile once per program in this module: the programs depend on the env only through its
     spec, and on the runner only through where the actors and learners are."""
-    cache, compile_host_programs = {}, host_actors.compile_host_programs
 
-    def cached(cfg, algo, spec, where):
+    def key(cfg, algo, spec, where):
         fields = {k: v for k, v in to_dict(cfg).items() if k not in ("env", "runner")}
-        key = (json.dumps(fields, sort_keys=True), dataclasses.replace(spec, env_id=""),
-               cfg.runner.num_streams, tuple(where.actor_devices), tuple(where.learner_devices))
-        if key not in cache:
-            cache[key] = compile_host_programs(cfg, algo, spec, where)
-        return cache[key]
+        return (json.dumps(fields, sort_keys=True), dataclasses.replace(spec, env_id=""),
+                cfg.runner.num_streams, tuple(where.actor_devices), tuple(where.learner_devices))
 
-    patch = pytest.MonkeyPatch()
-    patch.setattr(host_actors, "compile_host_programs", cached)
-    yield
-    patch.undo()
-
-
-def runner_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith(pipeline.THREAD_PREFIX)]
+    yield from compile_once(host_actors, "compile_host_programs", key)
 
 
 # --------------------------------------------------------------------------- trajectories
@@ -182,7 +171,7 @@ def test_a_seed_reproduces_a_run_whatever_the_vectorization():
     # seeded per env id, so two runs agree bit for bit, gymnasium's 'async' vector env too.
     one, two, in_processes = (
         runners.run(ppo("CartPole-v1", dict(actors_per_device=2, host_vectorization=mode)),
-             jax.random.key(4), devices=jax.local_devices()[:2])
+                   jax.random.key(4), devices=jax.local_devices()[:2])
         for mode in ("sync", "sync", "async"))
     for other in (two, in_processes):
         for x, y in zip(jax.tree.leaves(one.params), jax.tree.leaves(other.params), strict=True):
@@ -204,7 +193,7 @@ def test_an_env_that_raises_reaches_the_caller(mode):
     threads_before = set(threading.enumerate())
     with pytest.raises(RuntimeError, match="env exploded at step 25"):
         runners.run(cfg, jax.random.key(0), devices=jax.local_devices()[:2])
-    assert runner_threads() == [] and set(threading.enumerate()) <= threads_before
+    assert no_threads_left(threads_before)
     assert multiprocessing.active_children() == []  # the 'async' env workers are gone
 
 

@@ -10,6 +10,8 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
+from jaxrl_async.networks import EpsilonGreedy
+
 
 class Trajectory(NamedTuple):
     """``T`` steps of ``B`` envs. Every leaf has the leading axes ``[T, B]``."""
@@ -105,6 +107,72 @@ def with_env_axis(state: Any, num_envs: int) -> Any:
         return PerEnv(jax.tree.map(lambda v: jnp.broadcast_to(v, (num_envs, *v.shape)), x.value))
 
     return jax.tree.map(expand, state, is_leaf=is_per_env)
+
+
+# --------------------------------------------------------------------------- optimisers
+def make_optimizer(
+    max_grad_norm: Any, learning_rate: Any, kind: str = "adam", **kwargs: Any
+) -> optax.GradientTransformation:
+    """``kind`` (``"adam"`` or ``"rmsprop"``, with ``kwargs``) at ``learning_rate`` (a float or a
+    schedule ``count -> rate``), after global-norm clipping at ``max_grad_norm`` (``None``: no
+    clipping), on one flat vector: ``optax.flatten`` runs it as one kernel instead of one per
+    leaf."""
+    step = {"adam": optax.adam, "rmsprop": optax.rmsprop}[kind](learning_rate, **kwargs)
+    if max_grad_norm is None:
+        return optax.flatten(step)
+    return optax.flatten(optax.chain(optax.clip_by_global_norm(max_grad_norm), step))
+
+
+def linear_anneal(lr: Any, num_updates: int, steps_per_update: int = 1,
+                  anneal: bool = True) -> Callable[[jax.Array], Any]:
+    """The schedule ``count -> lr * (1 - updates done / num_updates)``, an update being
+    ``steps_per_update`` optimiser steps (a constant ``lr`` when not ``anneal``)."""
+
+    def learning_rate(count: jax.Array) -> Any:
+        if not anneal:
+            return lr
+        return lr * (1.0 - (count // steps_per_update) / num_updates)
+
+    return learning_rate
+
+
+def linear_to_zero(lr: Any, total_steps: int, anneal: bool = True) -> optax.Schedule | Any:
+    """``optax.linear_schedule`` from ``lr`` to 0 over ``total_steps`` optimiser steps, or the
+    constant ``lr`` when not ``anneal``."""
+    return optax.linear_schedule(lr, 0.0, total_steps) if anneal else lr
+
+
+# --------------------------------------------------------------------------- policies
+class EpsilonGreedyPolicy(NamedTuple):
+    """Epsilon-greedy acting over a Q-network, for learner states with ``params`` and
+    ``updates`` (learn calls so far, which set epsilon); the fields are ``Algorithm``'s."""
+
+    epsilon: Callable[[jax.Array], jax.Array]  # updates -> epsilon
+    act: Callable[..., Any]
+    policy_params: Callable[[Any], Any]
+    eval_act: Callable[..., Any]
+
+
+def epsilon_greedy_policy(network: Any, cfg: Any) -> EpsilonGreedyPolicy:
+    """Act epsilon-greedily on ``network``'s Q-values, epsilon falling linearly from
+    ``cfg.eps_start`` to ``cfg.eps_end`` over ``cfg.eps_decay_fraction`` of the updates."""
+    epsilon = optax.linear_schedule(
+        cfg.eps_start, cfg.eps_end, max(1, int(cfg.eps_decay_fraction * cfg.num_updates)))
+
+    def policy_params(state: Any):  # what the actors need (a selection: runners may call
+        return state.params, state.updates  # this on shapes alone)
+
+    def act(policy, obs: jax.Array, key: jax.Array):
+        params, updates = policy
+        return EpsilonGreedy(network.apply(params, obs), epsilon(updates)).sample(key), {}
+
+    def eval_act(policy, obs: jax.Array, key: jax.Array, greedy: bool) -> jax.Array:
+        """argmax of Q; ``greedy=False``: epsilon-greedy at the final ``eps_end``."""
+        params, _ = policy
+        pi = EpsilonGreedy(network.apply(params, obs), cfg.eps_end)
+        return pi.mode() if greedy else pi.sample(key)
+
+    return EpsilonGreedyPolicy(epsilon, act, policy_params, eval_act)
 
 
 class LearnerState(NamedTuple):

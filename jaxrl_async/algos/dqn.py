@@ -16,7 +16,16 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_async.algos.base import Algorithm, PerEnv, Trajectory, memoryless, pmean
+from jaxrl_async.algos.base import (
+    Algorithm,
+    PerEnv,
+    Trajectory,
+    epsilon_greedy_policy,
+    linear_to_zero,
+    make_optimizer,
+    memoryless,
+    pmean,
+)
 from jaxrl_async.algos.replay import (
     Batch as ReplayBatch,
 )
@@ -27,22 +36,23 @@ from jaxrl_async.algos.replay import (
 )
 from jaxrl_async.algos.replay import init as init_replay
 from jaxrl_async.config import (
+    EpsilonGreedyFields,
+    OptimizerFields,
     TrainConfig,
     boolean,
     config,
     hyper,
     in_range,
-    positive,
     positive_int,
     redefault,
     static,
 )
 from jaxrl_async.envs import EnvSpec
-from jaxrl_async.networks import EpsilonGreedy, init_params, q_network_for
+from jaxrl_async.networks import init_params, q_network_for
 
 
 @config
-class DQNConfig(OffPolicyConfig):
+class DQNConfig(EpsilonGreedyFields, OptimizerFields, OffPolicyConfig):
     """DQN; the defaults learn CartPole-v1 (see tests/test_dqn.py)."""
 
     total_timesteps: int = redefault(TrainConfig, "total_timesteps", 100_032)
@@ -52,9 +62,8 @@ class DQNConfig(OffPolicyConfig):
     buffer_size: int = redefault(OffPolicyConfig, "buffer_size", 50_048)
     samples_per_insert: float = redefault(OffPolicyConfig, "samples_per_insert", 16.0)
     n_step: int = redefault(OffPolicyConfig, "n_step", 3)
-    lr: float = hyper(5e-4, positive)
-    """Adam learning rate."""
-    anneal_lr: bool = static(True, boolean)
+    lr: float = redefault(OptimizerFields, "lr", 5e-4)
+    anneal_lr: bool = redefault(OptimizerFields, "anneal_lr", True)
     """Anneal the learning rate linearly to 0 over the gradient steps of the run."""
     layer_norm: bool = static(True, boolean)
     """LayerNorm after every hidden layer of the Q-network. It keeps TD learning from diverging
@@ -66,14 +75,7 @@ class DQNConfig(OffPolicyConfig):
     tau: float = hyper(0.02, in_range(0.0, 1.0, lo_open=True))
     """Target update: target <- tau * online + (1 - tau) * target (1: a copy; with
     target_update_every=1 and a small tau: Polyak averaging)."""
-    eps_start: float = hyper(1.0, in_range(0.0, 1.0))
-    """Exploration epsilon at the start."""
-    eps_end: float = hyper(0.05, in_range(0.0, 1.0))
-    """Exploration epsilon after the decay."""
-    eps_decay_fraction: float = static(0.3, in_range(0.0, 1.0, lo_open=True))
-    """Fraction of total_timesteps over which epsilon falls linearly to eps_end."""
-    max_grad_norm: float = hyper(10.0, positive)
-    """Global-norm gradient clipping."""
+    max_grad_norm: float = redefault(OptimizerFields, "max_grad_norm", 10.0)
 
     name = "dqn"
 
@@ -101,21 +103,17 @@ class Learner(NamedTuple):  # what the gradient steps change
 def learning_rate(cfg: DQNConfig) -> optax.Schedule | float:
     """The rate by gradient step: annealed to 0 over the gradient steps the run takes, those
     of the updates from the first with ``learning_starts`` transitions in the buffer."""
-    if not cfg.anneal_lr:
-        return cfg.lr
     first_trained = -(-cfg.learning_starts // cfg.steps_per_update)  # ceil: updates to fill
     total_steps = max(cfg.num_updates - first_trained + 1, 1) * cfg.gradient_steps
-    return optax.linear_schedule(cfg.lr, 0.0, total_steps)
+    return linear_to_zero(cfg.lr, total_steps, cfg.anneal_lr)
 
 
 def make_algorithm(cfg: DQNConfig, spec: EnvSpec) -> Algorithm:
     """DQN's init/act/learn for ``spec``; ``cfg``'s hyperparameters may be traced."""
     network = q_network_for(spec, cfg.resolved_torso, cfg.hidden_sizes, cfg.activation,
                             cfg.layer_norm)
-    optimizer = optax.flatten(optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm),
-                                          optax.adam(learning_rate(cfg))))
-    epsilon = optax.linear_schedule(
-        cfg.eps_start, cfg.eps_end, max(1, int(cfg.eps_decay_fraction * cfg.num_updates)))
+    optimizer = make_optimizer(cfg.max_grad_norm, learning_rate(cfg))
+    policy = epsilon_greedy_policy(network, cfg)
 
     def init(key: jax.Array) -> DQNState:
         obs = jnp.zeros(spec.obs_shape, spec.obs_dtype)
@@ -124,19 +122,6 @@ def make_algorithm(cfg: DQNConfig, spec: EnvSpec) -> Algorithm:
         zero = jnp.zeros((), jnp.int32)
         return DQNState(params, params, optimizer.init(params),
                         PerEnv(init_replay(item, cfg.capacity_per_env)), zero, zero)
-
-    def policy_params(state: DQNState):  # what the actors need (a selection: runners may call
-        return state.params, state.updates  # this on shapes alone)
-
-    def act(policy, obs: jax.Array, key: jax.Array):
-        params, updates = policy
-        return EpsilonGreedy(network.apply(params, obs), epsilon(updates)).sample(key), {}
-
-    def eval_act(policy, obs: jax.Array, key: jax.Array, greedy: bool) -> jax.Array:
-        """argmax of Q; ``greedy=False``: epsilon-greedy at the final ``eps_end``."""
-        params, _ = policy
-        pi = EpsilonGreedy(network.apply(params, obs), cfg.eps_end)
-        return pi.mode() if greedy else pi.sample(key)
 
     def loss(params, target_params, batch: ReplayBatch):
         n = batch.obs.shape[0]
@@ -173,10 +158,11 @@ def make_algorithm(cfg: DQNConfig, spec: EnvSpec) -> Algorithm:
         learner, replay, metrics = insert_then_train(
             lambda s, b: gradient_step(s, b, axis_name), learner, state.replay.value, traj,
             key, cfg)
-        metrics = {**metrics, "epsilon": epsilon(state.updates)}
+        metrics = {**metrics, "epsilon": policy.epsilon(state.updates)}
         new_state = DQNState(learner.params, learner.target_params, learner.opt_state,
                              PerEnv(replay), state.updates + 1, learner.gradient_steps)
         return new_state, pmean(metrics, axis_name)
 
-    return Algorithm(init=init, act=memoryless(act), learn=learn, policy_params=policy_params,
-                     eval_act=memoryless(eval_act, evaluation=True))
+    return Algorithm(init=init, act=memoryless(policy.act), learn=learn,
+                     policy_params=policy.policy_params,
+                     eval_act=memoryless(policy.eval_act, evaluation=True))

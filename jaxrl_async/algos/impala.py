@@ -17,12 +17,15 @@ from jaxrl_async.algos.base import (
     Algorithm,
     LearnerState,
     Trajectory,
+    linear_anneal,
+    make_optimizer,
     memoryless,
     pmean,
     standardize,
 )
 from jaxrl_async.algos.returns import vtrace
 from jaxrl_async.config import (
+    OptimizerFields,
     TrainConfig,
     boolean,
     config,
@@ -31,7 +34,7 @@ from jaxrl_async.config import (
     non_negative,
     one_of,
     positive,
-    positive_int,
+    redefault,
     static,
 )
 from jaxrl_async.envs import EnvSpec
@@ -39,17 +42,13 @@ from jaxrl_async.networks import actor_critic_for, init_params
 
 
 @config
-class ImpalaConfig(TrainConfig):
+class ImpalaConfig(OptimizerFields, TrainConfig):
     """IMPALA with V-trace; the defaults learn CartPole-v1 in about 5e5 steps."""
 
-    num_envs: int = static(32, positive_int)
-    """Parallel environments (summed over all devices)."""
-    num_steps: int = static(16, positive_int)
-    """Steps per env per rollout (the trajectory length T)."""
-    lr: float = hyper(3e-3, positive)
+    num_envs: int = redefault(TrainConfig, "num_envs", 32)
+    num_steps: int = redefault(TrainConfig, "num_steps", 16)
+    lr: float = redefault(OptimizerFields, "lr", 3e-3)
     """Learning rate."""
-    anneal_lr: bool = static(True, boolean)
-    """Anneal the learning rate linearly to 0 over training."""
     optimizer: str = static("rmsprop", one_of("rmsprop", "adam"))
     """The paper's RMSProp, or Adam."""
     rms_decay: float = hyper(0.99, in_range(0.0, 1.0, hi_open=True))
@@ -60,8 +59,6 @@ class ImpalaConfig(TrainConfig):
     """Entropy bonus coefficient."""
     vf_coef: float = hyper(0.5, non_negative)
     """Value loss coefficient."""
-    max_grad_norm: float = hyper(0.5, positive)
-    """Global-norm gradient clipping (optax.clip_by_global_norm)."""
     vtrace_lambda: float = hyper(1.0, in_range(0.0, 1.0))
     """lambda of V-trace's traces c_s = lambda * min(c_bar, pi/mu)."""
     clip_rho: float = hyper(1.0, positive)
@@ -80,14 +77,9 @@ def make_algorithm(cfg: ImpalaConfig, spec: EnvSpec) -> Algorithm:
     """IMPALA's init/act/learn for ``spec``; ``cfg``'s hyperparameters may be traced."""
     network = actor_critic_for(spec, cfg.resolved_torso, cfg.hidden_sizes, cfg.activation)
 
-    def learning_rate(count: jax.Array) -> jax.Array:  # one optimiser step per update
-        return cfg.lr * (1.0 - count / cfg.num_updates) if cfg.anneal_lr else cfg.lr
-
-    if cfg.optimizer == "rmsprop":
-        step = optax.rmsprop(learning_rate, decay=cfg.rms_decay, eps=cfg.opt_eps)
-    else:
-        step = optax.adam(learning_rate, eps=cfg.opt_eps)
-    optimizer = optax.flatten(optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), step))
+    lr = linear_anneal(cfg.lr, cfg.num_updates, anneal=cfg.anneal_lr)  # one step per update
+    extra = {"decay": cfg.rms_decay} if cfg.optimizer == "rmsprop" else {}
+    optimizer = make_optimizer(cfg.max_grad_norm, lr, cfg.optimizer, eps=cfg.opt_eps, **extra)
 
     def init(key: jax.Array) -> LearnerState:
         params = init_params(network, key, jnp.zeros(spec.obs_shape, spec.obs_dtype))
@@ -140,5 +132,5 @@ def make_algorithm(cfg: ImpalaConfig, spec: EnvSpec) -> Algorithm:
         params = optax.apply_updates(state.params, updates)
         return LearnerState(params, opt_state), pmean(metrics, axis_name)
 
-    return Algorithm(init=init, act=memoryless(act), learn=learn,
-                     eval_act=memoryless(eval_act, evaluation=True))
+    return Algorithm(init=init, act=memoryless(act), learn=learn, eval_act=memoryless(eval_act,
+                     evaluation=True))

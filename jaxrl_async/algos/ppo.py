@@ -15,12 +15,15 @@ from jaxrl_async.algos.base import (
     Algorithm,
     LearnerState,
     Trajectory,
+    linear_anneal,
+    make_optimizer,
     memoryless,
     minibatch_epochs,
     standardize,
 )
 from jaxrl_async.algos.returns import gae
 from jaxrl_async.config import (
+    OptimizerFields,
     TrainConfig,
     boolean,
     config,
@@ -37,13 +40,9 @@ from jaxrl_async.networks import actor_critic_for, init_params
 
 
 @config
-class PPOConfig(TrainConfig):
+class PPOConfig(OptimizerFields, TrainConfig):
     """PPO; the defaults are PureJaxRL's CartPole-v1 settings."""
 
-    lr: float = hyper(2.5e-4, positive)
-    """Adam learning rate."""
-    anneal_lr: bool = static(True, boolean)
-    """Anneal the learning rate linearly to 0 over training."""
     update_epochs: int = static(4, positive_int)
     """Passes over each rollout."""
     num_minibatches: int = static(4, positive_int)
@@ -58,8 +57,6 @@ class PPOConfig(TrainConfig):
     """Entropy bonus coefficient."""
     vf_coef: float = hyper(0.5, non_negative)
     """Value loss coefficient."""
-    max_grad_norm: float = hyper(0.5, positive)
-    """Global-norm gradient clipping (optax.clip_by_global_norm)."""
     normalize_advantages: bool = static(True, boolean)
     """Standardise advantages per minibatch (statistics over all devices)."""
 
@@ -106,19 +103,10 @@ def clipped_loss(cfg: PPOConfig, pi, value, action, extras, advantages,
 
 
 def ppo_optimizer(cfg: PPOConfig) -> optax.GradientTransformation:
-    """Adam after global-norm clipping, the learning rate annealed per update (one flat vector:
-    ``optax.flatten`` runs it as one kernel instead of one per leaf)."""
-    grad_steps_per_update = cfg.update_epochs * cfg.num_minibatches
-
-    def learning_rate(count: jax.Array) -> jax.Array:
-        if not cfg.anneal_lr:
-            return cfg.lr
-        updates_done = count // grad_steps_per_update
-        return cfg.lr * (1.0 - updates_done / cfg.num_updates)
-
-    return optax.flatten(optax.chain(
-        optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(learning_rate, eps=1e-5)
-    ))
+    """Adam after global-norm clipping, the learning rate annealed per update."""
+    lr = linear_anneal(cfg.lr, cfg.num_updates, cfg.update_epochs * cfg.num_minibatches,
+                       cfg.anneal_lr)
+    return make_optimizer(cfg.max_grad_norm, lr, eps=1e-5)
 
 
 def advantages_and_targets(network, params, traj: Trajectory,
@@ -181,5 +169,5 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
         return minibatch_epochs(loss, optimizer, state, data, key, cfg.update_epochs,
                                 cfg.num_minibatches, axis_name, prepare, cfg.grad_accum_steps)
 
-    return Algorithm(init=init, act=memoryless(act), learn=learn,
-                     eval_act=memoryless(eval_act, evaluation=True))
+    return Algorithm(init=init, act=memoryless(act), learn=learn, eval_act=memoryless(eval_act,
+                     evaluation=True))

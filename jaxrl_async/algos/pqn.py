@@ -11,28 +11,37 @@ from typing import Any, NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
-import optax
 
-from jaxrl_async.algos.base import Algorithm, LearnerState, Trajectory, memoryless, minibatch_epochs
+from jaxrl_async.algos.base import (
+    Algorithm,
+    LearnerState,
+    Trajectory,
+    epsilon_greedy_policy,
+    linear_to_zero,
+    make_optimizer,
+    memoryless,
+    minibatch_epochs,
+)
 from jaxrl_async.algos.returns import q_lambda_returns
 from jaxrl_async.config import (
+    EpsilonGreedyFields,
+    OptimizerFields,
     TrainConfig,
     boolean,
     config,
     fail,
     hyper,
     in_range,
-    positive,
     positive_int,
     redefault,
     static,
 )
 from jaxrl_async.envs import EnvSpec
-from jaxrl_async.networks import EpsilonGreedy, init_params, q_network_for
+from jaxrl_async.networks import init_params, q_network_for
 
 
 @config
-class PQNConfig(TrainConfig):
+class PQNConfig(EpsilonGreedyFields, OptimizerFields, TrainConfig):
     """PQN; the defaults learn CartPole-v1 (see tests/test_pqn.py)."""
 
     total_timesteps: int = redefault(TrainConfig, "total_timesteps", 249_856)
@@ -40,10 +49,9 @@ class PQNConfig(TrainConfig):
     num_steps: int = redefault(TrainConfig, "num_steps", 64)
     hidden_sizes: tuple[int, ...] = redefault(TrainConfig, "hidden_sizes", (256, 256))
     activation: str = redefault(TrainConfig, "activation", "relu")
-    lr: float = hyper(3e-4, positive)
-    """Adam learning rate."""
-    anneal_lr: bool = static(True, boolean)
-    """Anneal the learning rate linearly to 0 over training."""
+    lr: float = redefault(OptimizerFields, "lr", 3e-4)
+    max_grad_norm: float = redefault(OptimizerFields, "max_grad_norm", 10.0)
+    eps_decay_fraction: float = redefault(EpsilonGreedyFields, "eps_decay_fraction", 0.2)
     update_epochs: int = static(4, positive_int)
     """Passes over each rollout."""
     num_minibatches: int = static(16, positive_int)
@@ -53,14 +61,6 @@ class PQNConfig(TrainConfig):
     layer_norm: bool = static(True, boolean)
     """LayerNorm after every hidden layer (what makes Q-learning without a target network
     stable)."""
-    eps_start: float = hyper(1.0, in_range(0.0, 1.0))
-    """Exploration epsilon at the start."""
-    eps_end: float = hyper(0.05, in_range(0.0, 1.0))
-    """Exploration epsilon after the decay."""
-    eps_decay_fraction: float = static(0.2, in_range(0.0, 1.0, lo_open=True))
-    """Fraction of total_timesteps over which epsilon falls linearly to eps_end."""
-    max_grad_norm: float = hyper(10.0, positive)
-    """Global-norm gradient clipping."""
 
     name = "pqn"
     accumulates_gradients = True
@@ -86,28 +86,13 @@ def make_algorithm(cfg: PQNConfig, spec: EnvSpec) -> Algorithm:
     network = q_network_for(spec, cfg.resolved_torso, cfg.hidden_sizes, cfg.activation,
                             cfg.layer_norm)
     total_steps = cfg.num_updates * cfg.update_epochs * cfg.num_minibatches
-    lr = optax.linear_schedule(cfg.lr, 0.0, total_steps) if cfg.anneal_lr else cfg.lr
-    optimizer = optax.flatten(optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm),
-                                          optax.adam(lr)))
-    epsilon = optax.linear_schedule(
-        cfg.eps_start, cfg.eps_end, max(1, int(cfg.eps_decay_fraction * cfg.num_updates)))
+    optimizer = make_optimizer(cfg.max_grad_norm,
+                               linear_to_zero(cfg.lr, total_steps, cfg.anneal_lr))
+    policy = epsilon_greedy_policy(network, cfg)
 
     def init(key: jax.Array) -> PQNState:
         params = init_params(network, key, jnp.zeros(spec.obs_shape, spec.obs_dtype))
         return PQNState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
-
-    def policy_params(state: PQNState):  # what the actors need (a selection: runners may call
-        return state.params, state.updates  # this on shapes alone)
-
-    def act(policy, obs: jax.Array, key: jax.Array):
-        params, updates = policy
-        return EpsilonGreedy(network.apply(params, obs), epsilon(updates)).sample(key), {}
-
-    def eval_act(policy, obs: jax.Array, key: jax.Array, greedy: bool) -> jax.Array:
-        """argmax of Q; ``greedy=False``: epsilon-greedy at the final ``eps_end``."""
-        params, _ = policy
-        pi = EpsilonGreedy(network.apply(params, obs), cfg.eps_end)
-        return pi.mode() if greedy else pi.sample(key)
 
     def loss(params, minibatch):
         obs, action, target = minibatch  # [T/M, B, ...]
@@ -129,8 +114,9 @@ def make_algorithm(cfg: PQNConfig, spec: EnvSpec) -> Algorithm:
             loss, optimizer, LearnerState(state.params, state.opt_state),
             (traj.obs, traj.action, targets), key, cfg.update_epochs, cfg.num_minibatches,
             axis_name, micro_batches=cfg.grad_accum_steps)
-        metrics = {**metrics, "epsilon": epsilon(state.updates)}
+        metrics = {**metrics, "epsilon": policy.epsilon(state.updates)}
         return PQNState(learner.params, learner.opt_state, state.updates + 1), metrics
 
-    return Algorithm(init=init, act=memoryless(act), learn=learn, policy_params=policy_params,
-                     eval_act=memoryless(eval_act, evaluation=True))
+    return Algorithm(init=init, act=memoryless(policy.act), learn=learn,
+                     policy_params=policy.policy_params, eval_act=memoryless(policy.eval_act,
+                     evaluation=True))

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxrl_async.algos.base import Algorithm, PerEnv, Trajectory, memoryless, pmean
+from jaxrl_async.algos.base import Algorithm, PerEnv, Trajectory, make_optimizer, memoryless, pmean
 from jaxrl_async.algos.replay import (
     Batch as ReplayBatch,
 )
@@ -99,7 +99,7 @@ def make_algorithm(cfg: SACConfig, spec: EnvSpec) -> Algorithm:
     action_dim = int(math.prod(spec.action_shape))
     actor = SquashedGaussianActor(action_dim, cfg.hidden_sizes, cfg.activation)
     critic = TwinQ(cfg.hidden_sizes, cfg.activation)
-    optimizer = optax.flatten(optax.adam(cfg.lr))
+    optimizer = make_optimizer(None, cfg.lr)
     low = np.asarray(spec.action_low, np.float32).reshape(spec.action_shape)
     high = np.asarray(spec.action_high, np.float32).reshape(spec.action_shape)
     target_entropy = -cfg.target_entropy_scale * action_dim

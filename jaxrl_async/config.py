@@ -291,8 +291,9 @@ class TrainConfig:
         if self.torso != "auto":
             return self.torso
         from jaxrl_async.envs import env_spec
+        from jaxrl_async.networks import resolve_torso
 
-        return "cnn" if len(env_spec(self.env).obs_shape) == 3 else "mlp"
+        return resolve_torso(self.torso, env_spec(self.env).obs_shape)
 
     @property
     def flatten_obs(self) -> bool:
@@ -330,15 +331,20 @@ class TrainConfig:
                 fail(self, "checkpoint_every", f"must be 0 for the host env {self.env!r} (its "
                      "env states live in Python objects, outside the checkpointable run state)")
         if self.runner.name == "async":
-            # Each actor stream steps num_envs / streams envs; the learner splits every stream's
-            # trajectory over its devices along the env axis.
-            split = self.runner.num_streams * self.runner.learner_devices
-            if self.num_envs % split:
-                fail(self, "num_envs", f"must be divisible by runner.actor_devices * "
-                     f"actors_per_device * learner_devices = {split}")
+            self.check_async_env_split()
         if not self.accumulates_gradients and self.grad_accum_steps != 1:
             fail(self, "grad_accum_steps", f"must be 1 for {type(self).__name__} (gradients are "
                  "accumulated by the minibatch learners: ppo, recurrent_ppo, pqn)")
+
+    def check_async_env_split(self, processes: int = 1) -> None:
+        """``ValueError`` naming ``num_envs`` unless the async runner can split the envs: each
+        actor stream (of every process) steps num_envs / streams envs, and the learner splits
+        every stream's trajectory over its devices along the env axis."""
+        split = processes * self.runner.num_streams * self.runner.learner_devices
+        if self.num_envs % split:
+            by = "processes * " if processes > 1 else ""
+            fail(self, "num_envs", f"must be divisible by {by}runner.actor_devices * "
+                 f"actors_per_device * learner_devices = {split}")
 
     def require_micro_batches(self, rows: int, what: str) -> None:
         """``ValueError`` naming ``grad_accum_steps`` unless it divides the ``rows`` of a

@@ -129,11 +129,7 @@ def layout(cfg: Any, devices: Sequence[Any]) -> Layout:
                         for d in split_devices(cfg, sorted(by_process[p], key=lambda d: d.id))[1]]
         process, processes = jax.process_index(), jax.process_count()
     streams_per_process = cfg.runner.num_streams
-    if cfg.num_envs % (processes * streams_per_process * len(learner_devices)):
-        raise ValueError(
-            f"{type(cfg).__name__}.num_envs must be divisible by processes * actor_devices * "
-            f"actors_per_device * learner_devices = "
-            f"{processes * streams_per_process * len(learner_devices)}, got {cfg.num_envs}")
+    cfg.check_async_env_split(processes)
     per_stream = cfg.num_envs // (processes * streams_per_process)
     offset = process * streams_per_process * per_stream
     streams = []

@@ -120,8 +120,12 @@ def test_free_running_bounds_memory_and_staleness(stale_policy, max_staleness):
         assert dropped == 0  # the actors waited instead
     else:  # actors that ran ahead with params one update old saw their batch dropped
         assert dropped > 0
+    # Counted on both sides of the queue: the actors' rollouts against the learner's takes.
+    # Every batch taken was collected; at most queue_size more were collected and not taken.
     collected, trained = out.timing["env_steps_collected"], out.timing["env_steps_trained"]
-    assert collected >= trained + dropped * cfg.steps_per_update // 2
+    per_batch = cfg.steps_per_update // cfg.runner.num_streams
+    assert collected >= trained + dropped * per_batch
+    assert collected <= trained + (dropped + cfg.runner.queue_size) * per_batch
     assert trained == int(out.state.update) * cfg.steps_per_update
     # sps counts the steps trained on, sps_collected all the actors stepped (dropped included)
     assert out.timing["sps"] == pytest.approx(trained / out.timing["train_s"])

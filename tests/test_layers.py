@@ -19,6 +19,7 @@ LAYERS = [
     ["jaxrl_async.runners"],
     ["jaxrl_async.evaluate", "jaxrl_async.checkpoint", "jaxrl_async.sinks"],
     ["jaxrl_async.train"],
+    ["jaxrl_async.sweep_result"],
     ["jaxrl_async.sweep"],
     ["jaxrl_async.cli"],
 ]

@@ -2,7 +2,8 @@
 
 - ``sync``: rollout and update fused in one compiled program (``make_train``);
 - ``actor_learner``: the async runner, actor devices and learner devices with a host pipeline
-  between them (``placement``: devices and packing; ``pipeline``: tickets and threads);
+  between them (``placement``: devices and packing; ``pipeline``: tickets and threads;
+  ``programs``: what is compiled);
 - ``host_actors``: the async runner's actors for host envs (gymnasium, EnvPool).
 """
 

@@ -1,26 +1,11 @@
 """The async runner (Podracer's "Sebulba", with the envs on device): actor devices collect
 rollouts while learner devices update on the previous ones.
 
-Devices and streams are laid out in ``placement``, tickets and threads live in ``pipeline``;
-this module compiles the programs and runs the actor and learner loops:
+Devices, streams and processes are laid out in ``placement``; tickets, staleness and the
+threads' supervision and shutdown live in ``pipeline``. This module compiles the programs and
+runs the loops: one thread per actor stream (its own slice of the envs), one for the learner,
+which takes one batch of every stream per update.
 
-- **Devices.** The first ``actor_devices`` local devices run the jitted rollout, the next
-  ``learner_devices`` run the update data-parallel (``shard_map`` with ``lax.pmean``), every
-  trajectory sharded along its env axis. With a single device both roles share it.
-- **Streams.** Each actor device runs ``actors_per_device`` streams, each on its own thread
-  with its own slice of the envs (global env ids, so every random key is the one the sync runner
-  draws). A learner update consumes one trajectory from each of ``num_streams`` tickets.
-- **Tickets.** Every trajectory has a ticket: rollout k of stream s is ticket
-  ``k * streams + s``, in both modes, so each stream is a FIFO of its own envs' rollouts in
-  time order. An update takes the next batch of every stream, in stream order, so env b's data
-  always lands at position b of the update's trajectory (and in replay row b), whatever the
-  thread timing. Deterministic mode also fixes the params version of every rollout in advance
-  (``acting_version``): a lock-step schedule that reproduces a run exactly, and with lag 0 the
-  sync runner. Free-running mode lets each stream run ahead by its share of ``queue_size``
-  (``Pipeline.reserve``); actors act with the newest params, and a batch staler than
-  ``max_staleness`` is dropped (its stream's envs then have a time gap, which replay's n-step
-  windows do not cross: ``Trajectory.step``) or, with ``stale_policy="correct"``, never
-  collected (the actor waits).
 - **Params.** After every ``sync_every`` updates the learner queues copies of the new params to
   each actor device and publishes them with their version (= updates done) as soon as the
   update is dispatched; every trajectory carries the version that produced it
@@ -32,11 +17,6 @@ this module compiles the programs and runs the actor and learner loops:
   device); metrics leave the learner as device arrays and are fetched, every ``log_every``
   updates, by the calling thread, which also runs the callbacks and hands them the run state
   (the learner's, and the env carries the actors copied at the chunk's end).
-- **Processes.** In a multi-process run (``jra.distributed``) each process runs its own actors
-  on its share of the envs; the learner's mesh spans every process's learner devices.
-- **Shutdown.** Any exception in any thread stops the pipeline; every thread is joined and the
-  exception re-raised in the caller with its traceback; Ctrl-C finishes the chunk in flight,
-  hands its state to ``on_state(final=True)`` and raises ``TrainingInterrupted``.
 
 Threads rather than one dispatching loop: free-running actors, several streams and host envs
 need them.
@@ -54,22 +34,11 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
-from jax.sharding import PartitionSpec as P
-from jax.sharding import SingleDeviceSharding
 
-from jaxrl_async.algos import Algorithm
-from jaxrl_async.envs import merge_moments, obs_sums
 from jaxrl_async.rollout import EnvCarry
 from jaxrl_async.runners.common import (
-    AXIS,
     build,
-    collect,
-    compiler_options,
     init_state,
-    learn_update,
-    spmd,
-    with_moments,
 )
 from jaxrl_async.runners.pipeline import (
     Batch,
@@ -93,10 +62,9 @@ from jaxrl_async.runners.placement import (
     local_copy,
     place_tree,
     put_global,
-    shapes_on,
-    split_for_learners,
     to_learner,
 )
+from jaxrl_async.runners.programs import Programs, acting_params, compile_programs
 from jaxrl_async.runners.state import (
     Callbacks,
     RunState,
@@ -104,126 +72,6 @@ from jaxrl_async.runners.state import (
     TrainingInterrupted,
     TrainResult,
 )
-
-
-class Programs(NamedTuple):
-    """The compiled programs, exchanging packed vectors (see ``Packing``):
-
-    - ``actor[d](params, carry, run_key, update, env_id, version) -> (carry, pieces)`` on actor
-      device ``d`` (the carry is donated); ``pieces``: one packed ``(trajectory slice, episode
-      sums)`` per learner device, the slice being that device's share of the stream's envs;
-    - ``learner(state, batches) -> (state, metrics, params)``: one update over the learner
-      devices from one batch (all its pieces) per stream; ``metrics`` a vector (``metric_names``),
-      ``params`` the new policy params, packed;
-    - ``pack_params(state) -> params``: the packed policy params of a learner state;
-    - ``init(key) -> RunState``: a fresh run (as ``common.init_state``, all envs).
-    """
-
-    actor: list[Callable]
-    learner: Callable
-    pack_params: Callable
-    init: Callable
-    metric_names: tuple[str, ...]
-    algo: Algorithm
-
-
-def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Programs:
-    """Compile the init, the rollout for every actor device and the update for the learner
-    devices, from shapes alone."""
-    num_learners = len(where.learner_devices)  # this process's: a stream's pieces
-    per_stream = where.per_stream
-    all_ids = jnp.arange(cfg.num_envs, dtype=jnp.int32)
-
-    def init(key: jax.Array) -> RunState:
-        return init_state(env, algo, key, all_ids)
-
-    run_state = jax.eval_shape(init, jax.random.key(0))
-    params_packing = Packing.of(acting_params(algo, run_state))
-
-    def rollout(params, carry, run_key, update, env_id, version):
-        policy, moments = params_packing.unpack(params)
-        carry, traj, sums = collect(env, algo, policy, with_moments(carry, moments), run_key,
-                                    update, cfg.num_steps, env_id, version)
-        if cfg.normalize_obs:  # the stream's raw-observation sums travel with its episode sums
-            sums = (sums, obs_sums(carry.env_state))
-        return carry, split_for_learners(traj, sums, num_learners)
-
-    def actor_args(device: Any) -> tuple:
-        carry = jax.tree.map(lambda x: jax.ShapeDtypeStruct((per_stream, *x.shape[1:]), x.dtype),
-                             run_state.env)
-        scalar = jax.ShapeDtypeStruct((), jnp.int32)
-        args = (jax.ShapeDtypeStruct((params_packing.size,), jnp.uint32), carry, run_state.key,
-                scalar, jax.ShapeDtypeStruct((per_stream,), jnp.int32), scalar)
-        return shapes_on(args, SingleDeviceSharding(device))
-
-    piece_packing = Packing.of(jax.eval_shape(rollout, *actor_args(where.actor_devices[0]))[1][0])
-
-    def actor(*args):
-        carry, pieces = rollout(*args)
-        return carry, tuple(piece_packing.pack(piece) for piece in pieces)
-
-    actors = [jax.jit(actor, donate_argnums=1).lower(*actor_args(d)) for d in where.actor_devices]
-    return compile_with_learner(cfg, algo, where, init, piece_packing, actors)
-
-
-def compile_with_learner(cfg: Any, algo: Algorithm, where: Layout, init: Callable,
-                         piece_packing: Packing, actors: list) -> Programs:
-    """Compile the update for the learner devices (one packed piece per stream and learner
-    device, laid out by ``piece_packing``), ``pack_params``, ``init`` and the lowered actor
-    programs ``actors`` (kept, compiled, in ``Programs.actor``), from shapes alone."""
-    axis = AXIS if len(where.all_learner_devices) > 1 else None
-    run_state = jax.eval_shape(init, jax.random.key(0))
-    spec = learner_state_spec(algo)
-    learner_state = place_tree(spec, run_state._replace(env=()), where, shapes_on)
-    params_packing = Packing.of(acting_params(algo, run_state))
-
-    def update(state: RunState, batches: tuple[jax.Array, ...]):
-        pieces = [piece_packing.unpack(batch) for batch in batches]  # this device's share
-        traj = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *[t for t, _ in pieces])
-        sums = jax.tree.map(lambda *xs: sum(xs), *[s for _, s in pieces])
-        if axis:
-            sums = lax.psum(sums, axis)
-        if cfg.normalize_obs:  # every stream's and device's observations, merged once
-            sums, observed = sums
-            state = state._replace(obs_moments=merge_moments(state.obs_moments, observed))
-        staleness = (state.update - traj.policy_version).astype(jnp.float32)
-        state, metrics = learn_update(algo, state, traj, sums, cfg.steps_per_update, axis)
-        mean, most = staleness.mean(), staleness.max()
-        if axis:
-            mean, most = lax.pmean(mean, axis), lax.pmax(most, axis)
-        metrics = {**metrics, "staleness": mean, "staleness_max": most}
-        return state, metrics, params_packing.pack(acting_params(algo, state))
-
-    batch = jax.ShapeDtypeStruct((piece_packing.size * len(where.all_learner_devices),),
-                                 jnp.uint32, sharding=where.batch_sharding)
-    batches = (batch,) * len(where.streams)
-    on_learners = functools.partial(spmd, devices=where.all_learner_devices,
-                                    in_specs=(spec, P(AXIS)), out_specs=(spec, P(), P()))
-    names = tuple(sorted(jax.eval_shape(on_learners(update), learner_state, batches)[1]))
-
-    def learner(state: RunState, batches: tuple[jax.Array, ...]):
-        state, metrics, params = update(state, batches)
-        return state, jnp.stack([metrics[k].astype(jnp.float32) for k in names]), params
-
-    def pack_params(state: RunState) -> jax.Array:
-        return params_packing.pack(acting_params(algo, state))
-
-    options = compiler_options(cfg)
-    lowered = list(actors)
-    lowered.append(jax.jit(on_learners(learner)).lower(learner_state, batches))
-    lowered.append(jax.jit(pack_params).lower(learner_state))
-    lowered.append(jax.jit(init).lower(jax.random.key(0)))
-    # One after the other: parallel compiles compete for the same cores (docs/results.md).
-    compiled = [program.compile(options) for program in lowered]
-    *actor_fns, learner_fn, pack_fn, init_fn = compiled
-    return Programs(actor_fns, learner_fn, pack_fn, init_fn, names, algo)
-
-
-def acting_params(algo: Algorithm, state: RunState) -> tuple[Any, Any]:
-    """What the learner publishes to the actors (packed): the policy params and the run's
-    observation statistics (``()`` unless normalize_obs), which actors set into their env
-    states before a rollout (``common.with_moments``)."""
-    return algo.policy_params(state.learner), state.obs_moments
 
 
 def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run_key: jax.Array,

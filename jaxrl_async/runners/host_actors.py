@@ -19,7 +19,7 @@ Selected by a host env id (``env="gymnasium:CartPole-v1"``, ``"envpool:Pong-v5"`
   vector env's same-step autoreset), episode statistics summed on the host into
   ``EpisodeSums``, then split per learner device and packed exactly as ``Packing.pack`` does,
   with numpy, and copied host -> learner devices. The learner program is the one the JAX-env
-  actors feed (``actor_learner.compile_with_learner``), and so are the schedule (tickets,
+  actors feed (``programs.compile_with_learner``), and so are the schedule (tickets,
   lock-step or free-running, ``max_staleness``), the params hand-over and the failure handling.
 - **Seeds.** Env ``i`` is reset once, with a 32-bit seed drawn from the run key and its global
   id; with deterministic envs and ``deterministic=True`` a seed reproduces a run exactly.
@@ -44,13 +44,7 @@ from jaxrl_async.algos.base import has_memory
 from jaxrl_async.envs import EnvSpec
 from jaxrl_async.envs.host import HostVecEnv, host_env_spec, make_host_env
 from jaxrl_async.rollout import EpisodeSums, env_keys, step_index, step_keys
-from jaxrl_async.runners.actor_learner import (
-    Programs,
-    Setup,
-    acting_params,
-    compile_with_learner,
-    drive,
-    )
+from jaxrl_async.runners.actor_learner import Setup, drive
 from jaxrl_async.runners.common import init_state, update_keys
 from jaxrl_async.runners.pipeline import Batch, Pipeline, RoleStats, schedule
 from jaxrl_async.runners.placement import (
@@ -66,6 +60,7 @@ from jaxrl_async.runners.placement import (
     to_learner,
     wide_dtype,
 )
+from jaxrl_async.runners.programs import Programs, acting_params, compile_with_learner
 from jaxrl_async.runners.state import Callbacks, RunState, TrainingInterrupted, TrainResult
 
 

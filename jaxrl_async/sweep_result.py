@@ -1,0 +1,188 @@
+"""What a sweep returns: the tidy table of (config, seed) rows, curves, final params, and the
+summaries, best config, CSV and plots made from them."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxrl_async.sinks import window_return
+
+AXIS = "runs"
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepResult:
+    """What a sweep returns: the tidy table (``rows``), the curves and final params.
+
+    ``curves[name]`` is ``[configs, seeds, updates]``; ``params`` leaves are
+    ``[configs, seeds, ...]``; ``rows`` has one dict per (config, seed).
+    """
+
+    base: Any
+    fields: tuple[str, ...]
+    points: list[dict[str, Any]]
+    configs: list[Any]
+    seeds: tuple[int, ...]
+    curves: dict[str, np.ndarray]
+    params: Any
+    timing: dict[str, float]
+    grid: dict[str, list] | None = None  # the grid's axes (None for random search)
+
+    def _per_run(self, last: int | None) -> np.ndarray:
+        """``[configs, seeds]`` mean return of the episodes that ended in the last ``last``
+        updates of each run (all updates: ``None``)."""
+        names = ("episode_return", "episode_return_sum", "episodes")
+        curves = {k: self.curves[k] for k in names if k in self.curves}
+        shape = curves["episode_return"].shape[:2]
+        return np.array([[window_return({k: v[c, s] for k, v in curves.items()}, last)
+                          for s in range(shape[1])] for c in range(shape[0])])
+
+    @property
+    def final_return(self) -> np.ndarray:
+        """``[configs, seeds]`` mean return of the episodes that ended in the last 10 updates."""
+        return self._per_run(10)
+
+    @property
+    def auc(self) -> np.ndarray:
+        """``[configs, seeds]`` area under the learning curve: the mean return of all the
+        episodes that ended in the run (each counted once; NaN when none did)."""
+        return self._per_run(None)
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The tidy table: one row per (config, seed)."""
+        final, auc = self.final_return, self.auc
+        out = []
+        for c, point in enumerate(self.points):
+            for s, seed in enumerate(self.seeds):
+                out.append({"config": c, **point, "seed": seed,
+                            "final_return": float(final[c, s]), "auc": float(auc[c, s]),
+                            "sps": self.timing["sps_per_run"]})
+        return out
+
+    def summary(self, metric: str = "final_return") -> list[dict[str, Any]]:
+        """One row per config: its values and the mean and std of ``metric`` over seeds."""
+        values = getattr(self, metric)
+        return [{"config": c, **point, metric: float(np.nanmean(values[c])),
+                 f"{metric}_std": float(np.nanstd(values[c]))}
+                for c, point in enumerate(self.points)]
+
+    def best(self, metric: str = "final_return", maximize: bool = True) -> dict[str, Any]:
+        """The best config by ``metric`` (``final_return`` or ``auc``) averaged over seeds: its
+        summary row plus ``"cfg"``, the config itself."""
+        rows = self.summary(metric)
+        scores = np.array([r[metric] for r in rows])
+        scores = np.where(np.isnan(scores), -np.inf if maximize else np.inf, scores)
+        i = int(np.argmax(scores) if maximize else np.argmin(scores))
+        return {**rows[i], "cfg": self.configs[i]}
+
+    def to_csv(self, path: str | Path) -> Path:
+        """Write the tidy table (one row per config × seed) as CSV."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = self.rows
+        with path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        return path
+
+    def to_pandas(self) -> Any:
+        """The tidy table as a pandas DataFrame (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+    def plot(self, metric: str = "final_return", path: str | Path | None = None) -> Any:
+        """A heatmap of ``metric`` (mean over seeds) for a 2-D grid; learning curves with
+        min-max seed bands for a 1-D grid; ``metric`` against each field otherwise. Returns the
+        figure (saved to ``path`` when given)."""
+        import matplotlib.pyplot as plt
+
+        grid = self.grid or {}
+        if len(grid) == 2:
+            fig = self._heatmap(metric)
+        elif len(grid) == 1:
+            fig = self._curves()
+        else:
+            fig = self._scatter(metric)
+        fig.tight_layout()
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(path)
+            plt.close(fig)
+        return fig
+
+    def _heatmap(self, metric: str) -> Any:
+        import matplotlib.pyplot as plt
+
+        (row_name, row_values), (col_name, col_values) = self.grid.items()
+        mean = np.nanmean(getattr(self, metric), axis=1).reshape(len(row_values),
+                                                                  len(col_values))
+        fig, ax = plt.subplots(figsize=(1.2 * len(col_values) + 2.5, 0.8 * len(row_values) + 1.5))
+        image = ax.imshow(mean, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(col_values)), [f"{v:g}" for v in col_values])
+        ax.set_yticks(range(len(row_values)), [f"{v:g}" for v in row_values])
+        ax.set_xlabel(col_name)
+        ax.set_ylabel(row_name)
+        finite = mean[np.isfinite(mean)]
+        middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
+        for (i, j), value in np.ndenumerate(mean):
+            ax.text(j, i, f"{value:.0f}", ha="center", va="center",
+                    color="black" if value > middle else "white")
+        fig.colorbar(image, ax=ax, label=f"{metric} (mean of {len(self.seeds)} seeds)")
+        ax.set_title(f"{self.base.name.upper()} on {self.base.env}")
+        return fig
+
+    def _curves(self) -> Any:
+        import matplotlib.pyplot as plt
+
+        (name, values), = self.grid.items()
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        steps = self.curves["env_steps"][0, 0]
+        for c, value in enumerate(values):
+            returns = self.curves["episode_return"][c]
+            with quiet_nan():
+                mean = np.nanmean(returns, axis=0)
+                low, high = np.nanmin(returns, axis=0), np.nanmax(returns, axis=0)
+            (line,) = ax.plot(steps, mean, label=f"{name}={value:g}")
+            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel("mean episodic return")
+        ax.set_title(f"{self.base.name.upper()} on {self.base.env}: {len(self.seeds)} seeds "
+                     "(band: min-max)")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        return fig
+
+    def _scatter(self, metric: str) -> Any:
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, len(self.fields), figsize=(4 * len(self.fields), 3.5),
+                                 squeeze=False)
+        values = getattr(self, metric)
+        for ax, name in zip(axes[0], self.fields):
+            x = np.array([p[name] for p in self.points], dtype=float)
+            ax.scatter(np.repeat(x, len(self.seeds)), values.ravel(), alpha=0.7)
+            if x.min() > 0 and x.max() / x.min() > 20:
+                ax.set_xscale("log")
+            ax.set_xlabel(name)
+            ax.set_ylabel(metric)
+            ax.grid(alpha=0.3)
+        return fig
+
+
+@contextlib.contextmanager
+def quiet_nan() -> Iterator[None]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield

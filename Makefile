@@ -21,7 +21,7 @@ train: $(STAMP)
 	$(VENV)/bin/jaxrl-async train --algo ppo --env CartPole-v1 --runner $(RUNNER) $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile $(ARGS)
 
 bench: $(STAMP)
 	$(PY) experiments/bench_sync.py --preset cartpole-ref --baseline

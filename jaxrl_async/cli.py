@@ -282,7 +282,7 @@ def cmd_train(argv: list[str]) -> int:
     s = summary(cfg, result)
     print(f"\n{s['algo'].upper()} on {s['env']} ({s['runner']} runner), "
           f"{s['total_timesteps']:,} steps")
-    print(f"  final return (mean of last 10 updates): {s['final_return']:.1f}")
+    print(f"  final return (episodes ended in the last 10 updates): {s['final_return']:.1f}")
     if s["sps"] is not None:
         collected = ("" if s["sps_collected"] is None
                      else f" (collected: {s['sps_collected']:,.0f})")

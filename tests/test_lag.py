@@ -12,44 +12,41 @@ from jaxrl_async.algos import ppo, recurrent_ppo
 from jaxrl_async.envs import make_env
 from jaxrl_async.networks import RecurrentActorCritic, actor_critic_for
 from jaxrl_async.sinks import final_return
+from tests.test_returns import gae_numpy  # the plain-loop reference, independent of returns.gae
 
 SMALL = jra.PPOConfig(env="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=2,
                       update_epochs=2, total_timesteps=8 * 16 * 6, log_every=3)
 
 
-def gae_numpy(reward, value, next_value, terminated, truncated, gamma, lam):
-    """GAE by a plain loop over [T, B]: independent of ``returns.gae``."""
-    T, B = reward.shape
-    advantages = np.zeros((T, B))
-    for b in range(B):
-        running = 0.0
-        for t in reversed(range(T)):
-            bootstrap = 0.0 if terminated[t, b] else next_value[t, b]
-            delta = reward[t, b] + gamma * bootstrap - value[t, b]
-            if terminated[t, b] or truncated[t, b]:
-                running = 0.0
-            running = delta + gamma * lam * running
-            advantages[t, b] = running
-    return advantages, advantages + value
-
-
-def record_learner_estimates(monkeypatch) -> list[dict]:
-    """Wrap ``ppo.advantages_and_targets`` (what ``learn`` calls) so that every update sends
-    the trajectory, the learner's params and the advantages and targets it computed to the
-    host; returns the list they go into."""
-    records, original = [], ppo.advantages_and_targets
+def record_learner_estimates(monkeypatch, module) -> list[dict]:
+    """Wrap ``module.advantages_and_targets`` (what its ``learn`` calls; its last two outputs are
+    the advantages and targets) so that every update sends the trajectory, the learner's params
+    and the advantages and targets it computed to the host; returns the list they go into."""
+    records, original = [], module.advantages_and_targets
 
     def keep(traj, params, advantages, targets):
         records.append(jax.tree.map(np.asarray, dict(traj=traj, params=params,
                                                      advantages=advantages, targets=targets)))
 
     def recorded(network, params, traj, cfg):
-        advantages, targets = original(network, params, traj, cfg)
-        jax.debug.callback(keep, traj, params, advantages, targets)
-        return advantages, targets
+        out = original(network, params, traj, cfg)
+        jax.debug.callback(keep, traj, params, *out[-2:])
+        return out
 
-    monkeypatch.setattr(ppo, "advantages_and_targets", recorded)
+    monkeypatch.setattr(module, "advantages_and_targets", recorded)
     return records
+
+
+def assert_one_critic(seen: dict, value, next_value, cfg, update: int) -> None:
+    """The advantages and targets the learner used equal a NumPy GAE on ``value`` and
+    ``next_value``, both from the learner's params."""
+    traj = seen["traj"]
+    advantages, targets = gae_numpy(traj.reward, value, next_value, traj.terminated,
+                                    traj.truncated, cfg.gamma, cfg.gae_lambda)
+    np.testing.assert_allclose(seen["advantages"], advantages, rtol=1e-5, atol=1e-5,
+                               err_msg=f"advantages of update {update}")
+    np.testing.assert_allclose(seen["targets"], targets, rtol=1e-5, atol=1e-5,
+                               err_msg=f"targets of update {update}")
 
 
 @pytest.mark.timeout(300)
@@ -59,7 +56,7 @@ def record_learner_estimates(monkeypatch) -> list[dict]:
     jra.AsyncConfig(lag=1, sync_every=2, max_staleness=2),  # staleness 1, 2, 1, 2, ...
 ], ids=["sync", "lag-1", "staleness-2"])
 def test_gae_takes_both_values_from_the_learners_critic(monkeypatch, runner):
-    records = record_learner_estimates(monkeypatch)
+    records = record_learner_estimates(monkeypatch, ppo)
     cfg = dataclasses.replace(SMALL, runner=runner)
     out = jra.train(cfg, seed=2, progress=False)
     assert len(records) == cfg.num_updates
@@ -72,12 +69,7 @@ def test_gae_takes_both_values_from_the_learners_critic(monkeypatch, runner):
         traj, params = seen["traj"], seen["params"]
         value = np.asarray(network.apply(params, traj.obs, method="value"), np.float64)
         next_value = np.asarray(network.apply(params, traj.next_obs, method="value"), np.float64)
-        advantages, targets = gae_numpy(traj.reward, value, next_value, traj.terminated,
-                                        traj.truncated, cfg.gamma, cfg.gae_lambda)
-        np.testing.assert_allclose(seen["advantages"], advantages, rtol=1e-5, atol=1e-5,
-                                   err_msg=f"advantages of update {update}")
-        np.testing.assert_allclose(seen["targets"], targets, rtol=1e-5, atol=1e-5,
-                                   err_msg=f"targets of update {update}")
+        assert_one_critic(seen, value, next_value, cfg, update)
 
 
 RECURRENT_SMALL = jra.RecurrentPPOConfig(
@@ -87,18 +79,7 @@ RECURRENT_SMALL = jra.RecurrentPPOConfig(
 
 @pytest.mark.timeout(300)
 def test_recurrent_gae_takes_both_values_from_the_learners_critic(monkeypatch):
-    records, original = [], recurrent_ppo.advantages_and_targets
-
-    def keep(traj, params, advantages, targets):
-        records.append(jax.tree.map(np.asarray, dict(traj=traj, params=params,
-                                                     advantages=advantages, targets=targets)))
-
-    def recorded(network, params, traj, cfg):
-        memory, advantages, targets = original(network, params, traj, cfg)
-        jax.debug.callback(keep, traj, params, advantages, targets)
-        return memory, advantages, targets
-
-    monkeypatch.setattr(recurrent_ppo, "advantages_and_targets", recorded)
+    records = record_learner_estimates(monkeypatch, recurrent_ppo)
     cfg = dataclasses.replace(RECURRENT_SMALL, runner=jra.AsyncConfig(lag=1))
     out = jra.train(cfg, seed=0, progress=False)
     assert len(records) == cfg.num_updates and out.metrics["staleness"].max() == 1
@@ -116,12 +97,7 @@ def test_recurrent_gae_takes_both_values_from_the_learners_critic(monkeypatch):
             memory, _, value[t] = apply(params, memory, traj.obs[t], traj.extras["first"][t])
             _, _, next_value[t] = apply(params, memory, traj.next_obs[t],
                                         np.zeros_like(traj.extras["first"][t]))
-        advantages, targets = gae_numpy(traj.reward, value, next_value, traj.terminated,
-                                        traj.truncated, cfg.gamma, cfg.gae_lambda)
-        np.testing.assert_allclose(seen["advantages"], advantages, rtol=1e-5, atol=1e-5,
-                                   err_msg=f"advantages of update {update}")
-        np.testing.assert_allclose(seen["targets"], targets, rtol=1e-5, atol=1e-5,
-                                   err_msg=f"targets of update {update}")
+        assert_one_critic(seen, value, next_value, cfg, update)
 
 
 # The continuous PPO test's settings (tests/test_ppo.py); value clipping off, so a critic that

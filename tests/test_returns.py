@@ -7,6 +7,7 @@ from jaxrl_async.algos.returns import gae
 
 
 def gae_numpy(reward, value, next_value, terminated, truncated, gamma, lam):
+    """GAE by a plain loop over [T, B] (also the reference of tests/test_lag.py)."""
     T, B = reward.shape
     adv = np.zeros((T, B))
     for b in range(B):

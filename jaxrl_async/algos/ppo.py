@@ -117,7 +117,7 @@ def advantages_and_targets(network, params, traj: Trajectory,
     Both values of every TD error come from the learner's ``params``. The behaviour value
     stored by the actor (``extras["value"]``) is older by the runner's lag: mixing it in would
     add gamma * (V_learner - V_behaviour)(s_t+1) to every TD error, which GAE sums. The
-    behaviour critic for both learns as well (README results); the learner's is chosen as it
+    behaviour critic for both learns as well (docs/results.md); the learner's is chosen as it
     asks nothing more of the actor (which would have to evaluate V(final obs) at truncations)
     and stays one critic whatever the lag or the push schedule.
     """

@@ -52,6 +52,7 @@ from jaxrl_async.runners.pipeline import (
     schedule,
     shut_down,
     supervise,
+    ticket_of,
 )
 from jaxrl_async.runners.placement import (
     Layout,
@@ -117,7 +118,7 @@ def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, wher
         batches, depth = [], 0
         for s in range(num_streams):  # the next fresh enough batch of every stream, in order
             while len(batches) == s:
-                batch, depth = pipeline.take(taken[s] * num_streams + s)
+                batch, depth = pipeline.take(ticket_of(taken[s], s, num_streams))
                 taken[s] += 1
                 if update - batch.version > runner.max_staleness:  # only when free-running
                     dropped += 1

@@ -47,6 +47,12 @@ def publishes(runner: Any, version: int) -> bool:
     return version % runner.sync_every == 0
 
 
+def ticket_of(rollout: int, stream: int, num_streams: int) -> int:
+    """The ticket of ``stream``'s ``rollout``-th rollout: each stream's rollouts in time order,
+    the streams interleaved (the one rule actors and the learner share)."""
+    return rollout * num_streams + stream
+
+
 class Stopped(Exception):
     """The pipeline is shutting down: a thread leaves quietly."""
 
@@ -123,7 +129,7 @@ class Pipeline:
         ``queue_size`` are outstanding."""
         with self._cond:
             self._wait(lambda: self._reserved[stream] - self._taken[stream] < self._quota[stream])
-            ticket = self._reserved[stream] * self._streams + stream
+            ticket = ticket_of(self._reserved[stream], stream, self._streams)
             self._reserved[stream] += 1
             self.max_outstanding = max(self.max_outstanding,
                                        sum(self._reserved) - sum(self._taken))
@@ -174,7 +180,7 @@ def schedule(cfg: Any, stream: Stream, first: int,
     for n in range(cfg.num_updates - first) if runner.deterministic else itertools.count():
         update = first + n
         if runner.deterministic:
-            ticket = n * num_streams + stream.index
+            ticket = ticket_of(n, stream.index, num_streams)
             version = acting_version(runner, update)
             params = pipeline.params(stream.device_index, version)
         else:

@@ -2,6 +2,8 @@
 JAX is imported anywhere."""
 
 import os
+import shutil
+import tempfile
 import threading
 
 os.environ["XLA_FLAGS"] = (
@@ -9,8 +11,25 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+# One XLA compilation cache for the whole run, fresh each run (so a local run costs what CI
+# does): tests compile many identical programs (an uninterrupted and a resumed run, the same
+# tiny config under several tests, CLI subprocesses), and XLA:CPU compiles are most of the
+# suite's time. The first process of a run (pytest, or xdist's controller) makes the folder;
+# the workers and every subprocess a test starts inherit it through the environment.
+# ``count_compiles`` still sees a cache hit: jax reports it as a backend compile.
+_CACHE_OWNER = "JAX_COMPILATION_CACHE_DIR" not in os.environ
+if _CACHE_OWNER:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jaxrl_async_xla_cache_")
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
+
+
+def pytest_unconfigure(config):
+    if _CACHE_OWNER:
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

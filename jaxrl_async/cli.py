@@ -98,10 +98,9 @@ def train_parser(algo: str) -> argparse.ArgumentParser:
                              "--tensorboard may be changed, and --total-timesteps: see "
                              "--extend)")
     parser.add_argument("--extend", action="store_true",
-                        help="with --resume and another --total-timesteps, where the run "
-                             "planned a schedule over its budget (learning-rate annealing, "
-                             "epsilon decay): re-plan it over the new budget, as if that had "
-                             "been the budget from the start (docs/checkpoints.md)")
+                        help="with --resume and another --total-timesteps: re-plan the "
+                             "schedules over the budget (lr annealing, epsilon decay) for the "
+                             "new one (docs/checkpoints.md)")
     parser.add_argument("--eval-episodes", type=int, default=10,
                         help="greedy evaluation episodes on fresh envs after training "
                              "(0: none; default: 10)")
@@ -333,6 +332,7 @@ def cmd_sweep(argv: list[str]) -> int:
     from jaxrl_async import sinks
     from jaxrl_async.config import to_dict
     from jaxrl_async.sweep import check_sweepable, random_search, sweep, use_cpu_cores
+    from jaxrl_async.train import no_episode_note
 
     use_cpu_cores()
 
@@ -385,8 +385,6 @@ def cmd_sweep(argv: list[str]) -> int:
                  if row["final_return"] == row["final_return"] else "none (no episode ended)")
         print(f"  {values}  final return {shown}")
     if best is None:
-        from jaxrl_async.train import no_episode_note
-
         print(f"  no best config: {no_episode_note(cfg)}")
     else:
         best_values = ", ".join(f"{k}={best[k]:g}" for k in result.fields)

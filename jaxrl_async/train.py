@@ -38,10 +38,10 @@ def warn_partial_update(cfg: Any) -> None:
     updates: the remainder is not trained, and the warning says what is."""
     spu, total = cfg.steps_per_update, cfg.total_timesteps
     if total % spu:
-        trained = cfg.num_updates * spu
+        n, trained = cfg.num_updates, cfg.num_updates * spu
         warnings.warn(
             f"{type(cfg).__name__}.total_timesteps={total:,} is not a whole number of updates "
-            f"of num_envs * num_steps = {spu:,} steps: training {cfg.num_updates:,} update{'s' * (cfg.num_updates != 1)} = "
+            f"of num_envs * num_steps = {spu:,} steps: training {n:,} update{'s' * (n != 1)} = "
             f"{trained:,} steps (whole budgets nearby: {trained:,} or {trained + spu:,})",
             stacklevel=3)
 

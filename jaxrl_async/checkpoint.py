@@ -135,9 +135,12 @@ def save(manager: Any, state: RunState, cfg: Any, update: int) -> None:
         state=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)), force=True)
 
 
-def restore(run_dir: str | Path, cfg: Any, step: int | None = None) -> RunState:
+def restore(run_dir: str | Path, cfg: Any, step: int | None = None, *,
+            budget_may_differ: bool = False) -> RunState:
     """The run state saved in ``run_dir`` (the newest checkpoint, or ``step``), checked against
-    ``cfg``. Reads only: on any problem it raises ``CheckpointError`` saying what is wrong."""
+    ``cfg`` (``budget_may_differ``: but for ``total_timesteps``, the state's shapes do not
+    depend on it). Reads only: on any problem it raises ``CheckpointError`` saying what is
+    wrong."""
     import orbax.checkpoint as ocp
 
     available = steps(run_dir)
@@ -159,7 +162,7 @@ def restore(run_dir: str | Path, cfg: Any, step: int | None = None) -> RunState:
         except Exception as e:  # noqa: BLE001 - orbax raises many kinds; say which file
             raise CheckpointError(f"checkpoint {where} is corrupt or unreadable: "
                                   f"{type(e).__name__}: {e}") from e
-        _check_compatible(where, meta, stored, expected, cfg)
+        _check_compatible(where, meta, stored, expected, cfg, budget_may_differ)
         template = _nest({p: np.empty(x.shape, x.dtype) for p, x in expected.items()})
         try:
             arrays = manager.restore(step, args=ocp.args.Composite(
@@ -180,9 +183,10 @@ def restore(run_dir: str | Path, cfg: Any, step: int | None = None) -> RunState:
     return jax.tree.unflatten(jax.tree.structure(abstract), leaves)
 
 
-def _check_compatible(where: Path, meta: dict, stored: dict, expected: dict, cfg: Any) -> None:
+def _check_compatible(where: Path, meta: dict, stored: dict, expected: dict, cfg: Any,
+                      budget_may_differ: bool) -> None:
     saved_cfg = meta.get("config", {})
-    differ = config_differences(saved_cfg, cfg)
+    differ = config_differences(saved_cfg, cfg, budget_may_differ=budget_may_differ)
     if differ:
         raise CheckpointError(f"checkpoint {where} was written by a different config: "
                               + "; ".join(differ))
@@ -202,14 +206,37 @@ def _check_compatible(where: Path, meta: dict, stored: dict, expected: dict, cfg
         raise CheckpointError(f"checkpoint {where} does not fit {type(cfg).__name__}: {shown}")
 
 
-def config_differences(saved: dict, cfg: Any) -> list[str]:
+def config_differences(saved: dict, cfg: Any, *, budget_may_differ: bool = False) -> list[str]:
     """``field: saved -> now`` for every training field where ``saved`` (a ``to_dict``) and
-    ``cfg`` differ; the ``io_fields`` (where and how often to write) may differ."""
+    ``cfg`` differ; the ``io_fields`` (where and how often to write) may differ, and
+    ``total_timesteps`` with ``budget_may_differ``."""
     now = to_dict(cfg)
-    ignore = set(getattr(cfg, "io_fields", ()))
+    ignore = set(getattr(cfg, "io_fields", ())) | ({"total_timesteps"} if budget_may_differ
+                                                    else set())
     keys = (saved.keys() | now.keys()) - ignore
     return [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(keys)
             if saved.get(k) != now.get(k)]
+
+
+def check_resume(run_dir: str | Path, saved: Any, cfg: Any, extend: bool = False) -> None:
+    """``CheckpointError`` unless the run in ``run_dir``, trained with ``saved``, may continue
+    as ``cfg``: the same config but for the ``io_fields`` and the budget. A budget of another
+    number of updates needs ``extend`` when ``cfg`` plans a schedule over it
+    (``cfg.budget_schedules()``); ``extend`` re-plans those over the new budget."""
+    differ = config_differences(to_dict(saved), cfg, budget_may_differ=True)
+    if differ:
+        raise CheckpointError(f"cannot resume {run_dir} with a different config: "
+                              + "; ".join(differ))
+    schedules = cfg.budget_schedules()
+    if saved.num_updates == cfg.num_updates or extend or not schedules:
+        return
+    raise CheckpointError(
+        f"cannot resume {run_dir} with total_timesteps {saved.total_timesteps:,} -> "
+        f"{cfg.total_timesteps:,}: the run planned a schedule over its budget ("
+        + "; ".join(schedules) + "). Pass extend=True (jaxrl-async train --extend) to re-plan "
+        "it over the new budget, as if that had been the budget from the start (e.g. the "
+        "learning rate goes back up to lr * (1 - updates done / new updates)); see "
+        "docs/checkpoints.md")
 
 
 # --------------------------------------------------------------------------- the sink

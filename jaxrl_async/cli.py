@@ -95,7 +95,12 @@ def train_parser(algo: str) -> argparse.ArgumentParser:
     parser.add_argument("--resume", default=None, metavar="RUN_DIR",
                         help="continue the run in RUN_DIR from its newest checkpoint (its "
                              "config; only --checkpoint-every, --keep-checkpoints and "
-                             "--tensorboard may be changed)")
+                             "--tensorboard may be changed, and --total-timesteps: see "
+                             "--extend)")
+    parser.add_argument("--extend", action="store_true",
+                        help="with --resume and another --total-timesteps: re-plan the "
+                             "schedules over the budget (lr annealing, epsilon decay) for the "
+                             "new one (docs/checkpoints.md)")
     parser.add_argument("--eval-episodes", type=int, default=10,
                         help="greedy evaluation episodes on fresh envs after training "
                              "(0: none; default: 10)")
@@ -158,7 +163,8 @@ def sweep_parser(algo: str) -> argparse.ArgumentParser:
 def eval_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jaxrl-async eval",
-        description="Evaluate a run directory's newest checkpoint on fresh envs.")
+        description="Evaluate a run directory's newest checkpoint on fresh envs (appends a "
+                    "line to RUN_DIR/evals.jsonl).")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (from train)")
     parser.add_argument("--episodes", type=int, default=10, help="episodes (default: 10)")
     parser.add_argument("--stochastic", action="store_true",
@@ -254,8 +260,10 @@ def cmd_train(argv: list[str]) -> int:
     from jaxrl_async.distributed import is_main_process
     from jaxrl_async.evaluate import evaluate
     from jaxrl_async.runners.state import TrainingInterrupted
-    from jaxrl_async.train import default_run_dir, load_config, summary, train
+    from jaxrl_async.train import default_run_dir, load_config, no_episode_note, summary, train
 
+    if args.extend and not args.resume:
+        return _fail("--extend continues a run: it needs --resume RUN_DIR")
     if wants_distributed(args):  # before anything starts JAX's backend
         if args.resume:
             return _fail("--resume: multi-process runs write no checkpoints to resume")
@@ -270,7 +278,7 @@ def cmd_train(argv: list[str]) -> int:
     run_dir = Path(args.resume or args.run_dir or default_run_dir(cfg))
     try:
         result = train(cfg, seed=args.seed, run_dir=None if args.resume else run_dir,
-                       resume=args.resume, progress=args.progress)
+                       resume=args.resume, extend=args.extend, progress=args.progress)
     except TrainingInterrupted as e:
         done = int(e.result.state.update)
         print(f"\ninterrupted after update {done} of {cfg.num_updates}; checkpoint written to "
@@ -282,7 +290,9 @@ def cmd_train(argv: list[str]) -> int:
     s = summary(cfg, result)
     print(f"\n{s['algo'].upper()} on {s['env']} ({s['runner']} runner), "
           f"{s['total_timesteps']:,} steps")
-    print(f"  final return (episodes ended in the last 10 updates): {s['final_return']:.1f}")
+    final = s["final_return"]
+    print("  final return (episodes ended in the last 10 updates): "
+          + (f"{final:.1f}" if final == final else f"none: {no_episode_note(cfg)}"))
     if s["sps"] is not None:
         collected = ("" if s["sps_collected"] is None
                      else f" (collected: {s['sps_collected']:,.0f})")
@@ -322,6 +332,7 @@ def cmd_sweep(argv: list[str]) -> int:
     from jaxrl_async import sinks
     from jaxrl_async.config import to_dict
     from jaxrl_async.sweep import check_sweepable, random_search, sweep, use_cpu_cores
+    from jaxrl_async.train import no_episode_note
 
     use_cpu_cores()
 
@@ -356,22 +367,28 @@ def cmd_sweep(argv: list[str]) -> int:
                                            "high": v.high}) for k, v in spec.items()},
             "seeds": list(result.seeds), "sample_seed": args.sample_seed}})
     result.to_csv(out / "results.csv")
-    best = result.best()
-    sinks.write_json(out / "best.json", {
-        "index": best["config"], **{k: v for k, v in best.items() if k not in ("cfg", "config")},
-        "config": to_dict(best["cfg"])})
+    rows = sorted(result.summary(), key=lambda r: -_finite(r["final_return"]))
+    best = result.best() if rows[0]["final_return"] == rows[0]["final_return"] else None
+    if best is not None:
+        sinks.write_json(out / "best.json", {
+            "index": best["config"],
+            **{k: v for k, v in best.items() if k not in ("cfg", "config")},
+            "config": to_dict(best["cfg"])})
     result.plot(path=out / "sweep.png")
     t = result.timing
     print(f"\n{len(result.configs)} configs x {len(result.seeds)} seeds = {t['runs']} runs on "
           f"{t['devices']} device(s), one compile: {t['compile_s']:.1f} s, train "
           f"{t['train_s']:.1f} s, {t['sps']:,.0f} SPS in all")
-    rows = sorted(result.summary(), key=lambda r: -_finite(r["final_return"]))
     for row in rows[:10]:
         values = "  ".join(f"{k}={row[k]:g}" for k in result.fields)
-        print(f"  {values}  final return {row['final_return']:.1f} ± "
-              f"{row['final_return_std']:.1f}")
-    best_values = ", ".join(f"{k}={best[k]:g}" for k in result.fields)
-    print(f"  best: {best_values} (final return {best['final_return']:.1f})")
+        shown = (f"{row['final_return']:.1f} ± {row['final_return_std']:.1f}"
+                 if row["final_return"] == row["final_return"] else "none (no episode ended)")
+        print(f"  {values}  final return {shown}")
+    if best is None:
+        print(f"  no best config: {no_episode_note(cfg)}")
+    else:
+        best_values = ", ".join(f"{k}={best[k]:g}" for k in result.fields)
+        print(f"  best: {best_values} (final return {best['final_return']:.1f})")
     print(f"  results: {out / 'results.csv'}, plot: {out / 'sweep.png'}")
     return 0
 
@@ -383,11 +400,13 @@ def _finite(x: float) -> float:
 def cmd_eval(argv: list[str]) -> int:
     args = eval_parser().parse_args(argv)
     from jaxrl_async import checkpoint, sinks
-    from jaxrl_async.evaluate import evaluate, save_gif
+    from jaxrl_async.evaluate import check_renderer, evaluate, save_gif
     from jaxrl_async.train import load_config
 
     try:
         cfg = load_config(args.run_dir)
+        if args.gif:
+            check_renderer(cfg.env)  # before evaluating: a missing extra fails at once
         state = checkpoint.restore(args.run_dir, cfg, args.step)
         result = evaluate(state, cfg, args.episodes, greedy=not args.stochastic, seed=args.seed)
     except ValueError as e:  # CheckpointError is a ValueError
@@ -395,11 +414,12 @@ def cmd_eval(argv: list[str]) -> int:
     print(f"{cfg.name.upper()} on {cfg.env}, checkpoint at update {int(state.update)} of "
           f"{args.run_dir}")
     _print_eval(result)
-    record = {**_eval_record(result), "update": int(state.update)}
-    sinks.write_json(Path(args.run_dir) / "eval.json", record)
     if args.gif:
         path = save_gif(state, cfg, args.gif, greedy=not args.stochastic, seed=args.seed)
         print(f"  episode GIF: {path}")
+    # appended, one line per evaluation: train's own eval.json is never overwritten
+    record = {**_eval_record(result), "update": int(state.update), "seed": args.seed}
+    sinks.append_jsonl(Path(args.run_dir) / "evals.jsonl", record)
     print(json.dumps({k: record[k] for k in ("mean_return", "std_return", "num_episodes")}))
     return 0
 

@@ -236,8 +236,9 @@ class TrainConfig:
     'envpool:<id>' (needs the package envpool). Each actor stream (runner.actors_per_device
     per actor device) is one thread owning num_envs / streams host envs, seeded per env from
     the run seed; their states are not part of the checkpointable run state."""
-    total_timesteps: int = static(500_000, positive_int)
-    """Environment steps to train for (summed over all envs)."""
+    total_timesteps: int = static(499_712, positive_int)  # PureJaxRL's 5e5 in whole updates
+    """Environment steps to train for (summed over all envs), in whole updates of num_envs *
+    num_steps: a remainder is not trained (a warning names the steps trained)."""
     num_envs: int = static(4, positive_int)
     """Parallel environments (summed over all devices)."""
     num_steps: int = static(128, positive_int)
@@ -285,6 +286,12 @@ class TrainConfig:
     @property
     def num_updates(self) -> int:
         return self.total_timesteps // self.steps_per_update
+
+    def budget_schedules(self) -> list[str]:
+        """What this config plans over ``total_timesteps`` (a learning rate annealed to 0 at
+        the end, an exploration decay): why a run may not simply train for longer. Mixins
+        that plan a schedule add theirs (``super().budget_schedules()``)."""
+        return []
 
     @property
     def resolved_torso(self) -> str:
@@ -381,6 +388,10 @@ class OptimizerFields:
     max_grad_norm: float = hyper(0.5, positive)
     """Global-norm gradient clipping (optax.clip_by_global_norm)."""
 
+    def budget_schedules(self) -> list[str]:
+        planned = ["anneal_lr=True: the learning rate falls linearly to 0 at total_timesteps"]
+        return [*super().budget_schedules(), *(planned if self.anneal_lr else [])]
+
 
 @config
 class EpsilonGreedyFields:
@@ -392,6 +403,10 @@ class EpsilonGreedyFields:
     """Exploration epsilon after the decay."""
     eps_decay_fraction: float = static(0.3, in_range(0.0, 1.0, lo_open=True))
     """Fraction of total_timesteps over which epsilon falls linearly to eps_end."""
+
+    def budget_schedules(self) -> list[str]:
+        return [*super().budget_schedules(), "epsilon falls to eps_end over "
+                f"eps_decay_fraction={self.eps_decay_fraction} of total_timesteps"]
 
 
 def field_docs(cls: type) -> dict[str, str]:

@@ -145,6 +145,29 @@ def evaluate(
     }
 
 
+# What gymnax's Visualizer draws: classic control through gymnasium's pygame renderer, the rest
+# with matplotlib alone (gymnax.visualize.visualizer).
+GYMNASIUM_DRAWN = ("Acrobot-v1", "CartPole-v1", "Pendulum-v1", "MountainCar-v0",
+                   "MountainCarContinuous-v0")
+MATPLOTLIB_DRAWN = ("Catch-bsuite", "Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar",
+                    "Seaquest-MinAtar", "SpaceInvaders-MinAtar", "Pong-misc", "PointRobot-misc",
+                    "MetaMaze-misc", "FourRooms-misc")
+
+
+def check_renderer(env_id: str) -> None:
+    """``ValueError`` (one line) unless ``save_gif`` can draw ``env_id`` here: gymnax draws
+    the envs above, the classic-control ones only with pygame (the ``render`` extra)."""
+    import importlib.util
+
+    if env_id in GYMNASIUM_DRAWN:
+        if importlib.util.find_spec("pygame") is None:
+            raise ValueError(f"a GIF of {env_id} needs pygame, which is not installed: "
+                             'pip install -e ".[render]" (the render extra)')
+    elif env_id not in MATPLOTLIB_DRAWN:
+        raise ValueError(f"gymnax cannot draw {env_id}; GIFs work for "
+                         + ", ".join(GYMNASIUM_DRAWN + MATPLOTLIB_DRAWN))
+
+
 def save_gif(
     params: Any,
     cfg: Any,
@@ -158,11 +181,14 @@ def save_gif(
     """Render one episode (at most ``max_frames`` steps) to a GIF with gymnax's visualizer.
 
     Works for the envs gymnax draws: MinAtar, bsuite Catch, and the classic-control ones
-    (those need ``pip install jaxrl_async[render]``, for pygame).
+    (those need ``pip install -e ".[render]"``, for pygame); ``check_renderer`` says so before
+    anything runs.
     """
     import os
 
     import gymnax
+
+    check_renderer(cfg.env)
 
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # pygame (classic control): no sound
     from gymnax.visualize import Visualizer

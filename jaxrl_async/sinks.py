@@ -191,6 +191,13 @@ def write_json(path: str | Path, data: Any) -> None:
     Path(path).write_text(json.dumps(data, indent=2, default=_clean) + "\n")
 
 
+def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
+    """Append ``record`` as one JSON line to ``path`` (NaN written as null)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with Path(path).open("a") as f:
+        f.write(json.dumps(record, default=_clean) + "\n")
+
+
 class Fanout(Callbacks):
     """Forward every callback to several sinks."""
 

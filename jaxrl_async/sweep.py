@@ -35,6 +35,7 @@ from jaxrl_async.config import hyper_fields, static_fields
 from jaxrl_async.runners import sync
 from jaxrl_async.runners.common import build, check_devices, compiler_options
 from jaxrl_async.sweep_result import SweepResult
+from jaxrl_async.train import warn_partial_update
 
 AXIS = "runs"
 
@@ -252,6 +253,7 @@ def run_points(
         raise ValueError(f"seeds must be a positive count or non-empty seeds in [0, 2**31), "
                          f"got {seeds}")
     configs = [dataclasses.replace(cfg, **p) for p in points]  # validates every point now
+    warn_partial_update(cfg)
 
     num_runs = len(configs) * len(seeds)
     devices = min(num_devices or jax.local_device_count(), num_runs)

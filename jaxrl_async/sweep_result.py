@@ -70,15 +70,22 @@ class SweepResult:
     def summary(self, metric: str = "final_return") -> list[dict[str, Any]]:
         """One row per config: its values and the mean and std of ``metric`` over seeds."""
         values = getattr(self, metric)
-        return [{"config": c, **point, metric: float(np.nanmean(values[c])),
-                 f"{metric}_std": float(np.nanstd(values[c]))}
-                for c, point in enumerate(self.points)]
+        with quiet_nan():  # a config none of whose runs ended an episode: NaN, said plainly
+            return [{"config": c, **point, metric: float(np.nanmean(values[c])),
+                     f"{metric}_std": float(np.nanstd(values[c]))}
+                    for c, point in enumerate(self.points)]
 
     def best(self, metric: str = "final_return", maximize: bool = True) -> dict[str, Any]:
         """The best config by ``metric`` (``final_return`` or ``auc``) averaged over seeds: its
-        summary row plus ``"cfg"``, the config itself."""
+        summary row plus ``"cfg"``, the config itself. ``ValueError`` when no run has the
+        metric (no episode ended): there is no best then."""
         rows = self.summary(metric)
         scores = np.array([r[metric] for r in rows])
+        if np.isnan(scores).all():
+            from jaxrl_async.train import no_episode_note
+
+            raise ValueError(f"no config has a {metric}, so none is best: "
+                             + no_episode_note(self.base, 10 if metric == "final_return" else None))
         scores = np.where(np.isnan(scores), -np.inf if maximize else np.inf, scores)
         i = int(np.argmax(scores) if maximize else np.argmin(scores))
         return {**rows[i], "cfg": self.configs[i]}

@@ -15,8 +15,9 @@ import numpy as np
 
 from jaxrl_async import checkpoint, runners, sinks
 from jaxrl_async.algos import from_dict
+from jaxrl_async.checkpoint import CheckpointError
 from jaxrl_async.config import to_dict
-from jaxrl_async.envs import is_host_env
+from jaxrl_async.envs import env_spec, is_host_env
 from jaxrl_async.runners import sync
 from jaxrl_async.runners.state import Callbacks, TrainingInterrupted, TrainResult
 
@@ -28,7 +29,36 @@ def make_train(cfg: Any) -> Callable[[jax.Array], TrainResult]:
             f"{type(cfg).__name__}.runner: make_train builds a pure on-device function, which "
             "needs SyncConfig(...); use jra.train(cfg) for the async runner"
         )
+    warn_partial_update(cfg)
     return sync.make_train(cfg)
+
+
+def warn_partial_update(cfg: Any) -> None:
+    """Warn (once per config and place) when ``total_timesteps`` is not a whole number of
+    updates: the remainder is not trained, and the warning says what is."""
+    spu, total = cfg.steps_per_update, cfg.total_timesteps
+    if total % spu:
+        n, trained = cfg.num_updates, cfg.num_updates * spu
+        warnings.warn(
+            f"{type(cfg).__name__}.total_timesteps={total:,} is not a whole number of updates "
+            f"of num_envs * num_steps = {spu:,} steps: training {n:,} update{'s' * (n != 1)} = "
+            f"{trained:,} steps (whole budgets nearby: {trained:,} or {trained + spu:,})",
+            stacklevel=3)
+
+
+def no_episode_note(cfg: Any, last: int | None = 10) -> str:
+    """Why a return is NaN: no episode ended in the last ``last`` updates (all: ``None``); with
+    the steps each env took, and an episode's time limit where the env knows it."""
+    window = cfg.num_updates if last is None else min(last, cfg.num_updates)
+    steps = cfg.num_updates * cfg.num_steps
+    note = (f"no episode ended in the run (each env took {steps:,} steps)"
+            if window == cfg.num_updates else
+            f"no episode ended in the last {window} updates (each env took "
+            f"{window * cfg.num_steps:,} steps in them, {steps:,} in all)")
+    limit = env_spec(cfg.env).max_episode_steps
+    if limit:
+        note += f"; a {cfg.env} episode ends by its time limit of {limit:,} steps, or earlier"
+    return note + ": train for longer (total_timesteps)"
 
 
 def default_run_dir(cfg: Any, root: str = "runs") -> Path:
@@ -42,10 +72,15 @@ def load_config(run_dir: str | Path) -> Any:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise ValueError(f"{run_dir} is not a run directory: it has no config.json") from None
+        raise CheckpointError(f"{run_dir} is not a run directory: it has no config.json") from None
+    except OSError as e:
+        raise CheckpointError(f"{run_dir} is not a run directory: {e}") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from None
-    return from_dict(data, ignore=("seed",))
+        raise CheckpointError(f"{path} is not valid JSON: {e}") from None
+    try:
+        return from_dict(data, ignore=("seed",))
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"{path} does not describe a config: {e}") from None
 
 
 def train(
@@ -54,6 +89,7 @@ def train(
     *,
     run_dir: str | Path | None = None,
     resume: str | Path | None = None,
+    extend: bool = False,
     progress: bool = True,
     callbacks: Sequence[Callbacks] = (),
 ) -> TrainResult:
@@ -66,9 +102,13 @@ def train(
     only, in a distributed run; checkpoints are not written in multi-process runs yet).
 
     ``resume=RUN_DIR`` continues that run from its newest checkpoint, in that directory
-    (``cfg`` defaults to the run's own; only its ``io_fields`` may differ). The result, files
-    and final state are those of the same run uninterrupted. A missing, corrupt or
-    incompatible checkpoint raises ``CheckpointError`` before any file is changed.
+    (``cfg`` defaults to the run's own; only its ``io_fields`` and ``total_timesteps`` may
+    differ). The result, files and final state are those of the same run uninterrupted. A
+    larger ``total_timesteps`` trains the run for longer; where the config plans a schedule
+    over the budget (``cfg.budget_schedules()``: learning-rate annealing, epsilon decay) it
+    needs ``extend=True``, which re-plans them over the new budget. Every resume failure (a
+    missing, corrupt or incompatible checkpoint or config) raises ``CheckpointError`` before
+    any file is changed.
 
     Ctrl-C finishes the chunk in flight, writes a final checkpoint (with ``run_dir``) and
     raises ``TrainingInterrupted`` (a ``KeyboardInterrupt``) holding the partial result.
@@ -78,17 +118,18 @@ def train(
         resume = Path(resume)
         saved = load_config(resume)
         cfg = saved if cfg is None else cfg
-        differ = checkpoint.config_differences(to_dict(saved), cfg)
-        if differ:
-            raise ValueError(f"cannot resume {resume} with a different config: "
-                             + "; ".join(differ))
+        checkpoint.check_resume(resume, saved, cfg, extend)
         if run_dir is not None and Path(run_dir).resolve() != resume.resolve():
-            raise ValueError(f"a resumed run writes to its own directory {resume}, "
-                             f"not {run_dir}")
+            raise CheckpointError(f"a resumed run writes to its own directory {resume}, "
+                                  f"not {run_dir}")
         run_dir = resume
-        state = checkpoint.restore(resume, cfg)  # raises before anything is written
+        state = checkpoint.restore(resume, cfg, budget_may_differ=True)  # writes nothing
         seed = json.loads((resume / "config.json").read_text()).get("seed", seed)
         done = int(state.update)
+        if done > cfg.num_updates:
+            raise CheckpointError(
+                f"{resume} has trained {done:,} updates = {done * cfg.steps_per_update:,} "
+                f"steps: total_timesteps={cfg.total_timesteps:,} must be at least that")
         earlier = sinks.read_metrics(resume / "metrics.jsonl", up_to=done)
         if jax.process_index() == 0:
             sinks.truncate_metrics(resume, done)
@@ -98,6 +139,7 @@ def train(
         raise ValueError(f"{run_dir} already holds a run; continue it with resume={run_dir!r} "
                          "or choose another run directory")
 
+    warn_partial_update(cfg)
     writers: list[Any] = []
     if jax.process_index() != 0:  # in a distributed run only the main process writes
         run_dir, progress = None, False

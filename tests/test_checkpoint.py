@@ -141,7 +141,7 @@ def test_incompatible_checkpoint_names_what_differs(resumed, tmp_path, monkeypat
     with pytest.raises(jra.CheckpointError, match="hidden_sizes"):
         checkpoint.restore(run, wider)
     # a state that does not fit (say, written by another version) is caught array by array
-    monkeypatch.setattr(checkpoint, "config_differences", lambda saved, cfg: [])
+    monkeypatch.setattr(checkpoint, "config_differences", lambda saved, cfg, **kw: [])
     with pytest.raises(jra.CheckpointError, match=r"does not fit PPOConfig: .*saved "
                                                   r"float32\[4, 64\], this config needs "
                                                   r"float32\[4, 32\]"):

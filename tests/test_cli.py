@@ -85,7 +85,8 @@ def test_eval_command(run_dir, capsys):
     out = capsys.readouterr().out
     assert "checkpoint at update 8" in out and "evaluation (greedy, 3 episodes" in out
     assert json.loads(out.strip().splitlines()[-1])["num_episodes"] == 3
-    assert json.loads((run_dir / "eval.json").read_text())["update"] == 8
+    evals = (run_dir / "evals.jsonl").read_text().splitlines()
+    assert json.loads(evals[-1])["update"] == 8  # eval.json is training's own
     assert main(["eval", str(run_dir / "nope")]) == 2
     assert "no config.json" in capsys.readouterr().err
 

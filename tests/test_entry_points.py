@@ -42,7 +42,8 @@ def test_train_then_eval_from_the_command_line(algo, runner, tmp_path):
         assert trained == 0
         after_train = json.loads((run_dir / "eval.json").read_text())
         assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
-    after_eval = json.loads((run_dir / "eval.json").read_text())
+    assert json.loads((run_dir / "eval.json").read_text()) == after_train  # eval appends:
+    after_eval = json.loads((run_dir / "evals.jsonl").read_text().splitlines()[-1])
     assert after_train["greedy"] and after_eval["greedy"]
     assert after_eval["update"] == 2 and len(after_eval["returns"]) == 2
     assert np.isfinite(after_eval["mean_return"])

@@ -23,6 +23,9 @@ SEEDS = 3  # 6 configs x 3 seeds = 18 runs: padded to 20 on 4 devices
 @pytest.fixture(scope="module")
 def swept(devices):
     sweep_module._program.cache_clear()  # so the count below sees this sweep's compile
+    # The env's spec is read once per process (gymnax's reset compiles a small cast on the way);
+    # a test file run alone must not count that as the sweep's.
+    jra.make_env(TINY.env)
     with count_compiles() as compiled:
         result = jra.sweep(TINY, grid=GRID, seeds=SEEDS, progress=True)
     return result, compiled

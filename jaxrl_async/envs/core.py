@@ -76,7 +76,7 @@ class GymnaxVecEnv(VecEnv):
 def spec_from_gymnax(env_id: str, env: Any, params: Any) -> EnvSpec:
     """Read observation and action spaces off a gymnax environment."""
     act_space = env.action_space(params)
-    obs, _ = jax.eval_shape(env.reset, jax.random.key(0), params)  # shapes only, no compile
+    obs, _ = jax.eval_shape(env.reset, jax.eval_shape(jax.random.key, 0), params)  # shapes only
     common = dict(
         env_id=env_id,
         obs_shape=tuple(obs.shape),

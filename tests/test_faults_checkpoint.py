@@ -4,8 +4,9 @@ committed; committed), in a run directory holding checkpoint 4 and metrics to up
 run has when it writes checkpoint 8 in the background): the run resumes from the newest complete
 checkpoint, warns about and removes the incomplete one, and ends bit for bit like the run
 uninterrupted. (The child writes the uninterrupted run's checkpoint 8 rather than training to
-it: the same write, without a compile per child.) A full disk (a patched write raising ``OSError(ENOSPC)``) stops the
-run with a ``CheckpointError`` and leaves the earlier checkpoints intact and resumable."""
+it: the same write, without a compile per child.) A full disk (a patched write raising
+``OSError(ENOSPC)``) stops the run with a ``CheckpointError`` and leaves the earlier checkpoints
+intact and resumable."""
 
 import errno
 import json
@@ -68,7 +69,8 @@ def killed(tmp_path_factory, whole):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = {point: subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "fault_worker.py"), "save", str(source),
-         str(root / point), point], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+         str(root / point), point], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
         for point in KILL_POINTS}
     try:
         outputs = {point: p.communicate(timeout=150)[0] for point, p in procs.items()}

@@ -10,12 +10,18 @@ nested dict keyed by their pytree path, typed PRNG keys as their ``key_data``; `
 the config, the key implementations and the update. Restoring checks both against what the
 config builds and raises ``CheckpointError`` (naming what differs) before touching anything.
 
+Faults (``tests/test_faults_checkpoint.py``): a process killed while it writes leaves at most a
+``<update>.orbax-checkpoint-tmp*`` directory, which restoring ignores with a warning and the
+next write removes; a write that fails (a full disk) raises ``CheckpointError`` and leaves the
+checkpoints already written as they were.
+
 Runner-independent: ``CheckpointSink`` only uses ``Callbacks.on_state``, and a runner resumes
 by taking the restored state as ``run(cfg, key, callbacks, state=restored)``.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +33,8 @@ from jaxrl_async.config import to_dict
 from jaxrl_async.runners.state import Callbacks, RunState
 
 CHECKPOINTS = "checkpoints"
+INCOMPLETE = ".orbax-checkpoint-tmp"
+"""In the name of a checkpoint directory whose write has not finished (orbax's)."""
 
 
 class CheckpointError(ValueError):
@@ -102,11 +110,13 @@ def checkpoint_dir(run_dir: str | Path) -> Path:
 
 def _manager(run_dir: str | Path, *, read_only: bool, keep: int | None = None):
     """An orbax manager; ``read_only`` ones are only used to read (orbax's own read-only mode
-    logs warnings on every use, so it is not set)."""
+    logs warnings on every use, so it is not set). A writing one first removes the
+    directories of interrupted writes."""
     import orbax.checkpoint as ocp
 
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, create=not read_only, enable_async_checkpointing=not read_only,
+        cleanup_tmp_directories=not read_only,
     )
     handlers = {"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
     return ocp.CheckpointManager(checkpoint_dir(run_dir).absolute(), options=options,
@@ -122,6 +132,13 @@ def steps(run_dir: str | Path) -> list[int]:
         return sorted(manager.all_steps())
     finally:
         manager.close()
+
+
+def incomplete(run_dir: str | Path) -> list[Path]:
+    """The directories of checkpoint writes that did not finish (the process died or the disk
+    filled while writing): never restored from; removed by the next write."""
+    where = checkpoint_dir(run_dir)
+    return sorted(p for p in where.iterdir() if INCOMPLETE in p.name) if where.is_dir() else []
 
 
 def save(manager: Any, state: RunState, cfg: Any, update: int) -> None:
@@ -147,6 +164,9 @@ def restore(run_dir: str | Path, cfg: Any, step: int | None = None, *,
     if not available:
         raise CheckpointError(f"no checkpoint in {checkpoint_dir(run_dir)}")
     step = available[-1] if step is None else step
+    for partial in incomplete(run_dir):
+        warnings.warn(f"ignoring the incomplete checkpoint {partial} (its write was "
+                      f"interrupted); restoring update {step}", stacklevel=2)
     if step not in available:
         raise CheckpointError(f"no checkpoint for update {step} in {checkpoint_dir(run_dir)}; "
                               f"there are: {available}")
@@ -243,13 +263,16 @@ def check_resume(run_dir: str | Path, saved: Any, cfg: Any, extend: bool = False
 class CheckpointSink(Callbacks):
     """Writes the run state to ``run_dir/checkpoints`` every ``cfg.checkpoint_every`` updates
     (at the end of the chunk that reaches each multiple) and after the final chunk (the end of
-    training, or the chunk in flight when Ctrl-C came). ``close()`` waits for the writes."""
+    training, or the chunk in flight when Ctrl-C came). ``close()`` waits for the writes. A
+    write that fails raises ``CheckpointError`` (orbax writes in the background: at the next
+    save or at ``close()``)."""
 
     def __init__(self, run_dir: str | Path, cfg: Any):
         self.run_dir, self.cfg = Path(run_dir), cfg
         self.every = cfg.checkpoint_every
         self.manager = None
         self.last_saved: int | None = None
+        self.failed = False
 
     def on_start(self, first_update: int) -> None:
         self.next_due = (first_update // self.every + 1) * self.every if self.every else None
@@ -257,16 +280,36 @@ class CheckpointSink(Callbacks):
     def on_state(self, state: RunState, final: bool, update: int | None = None) -> None:
         update = int(state.update) if update is None else update
         due = self.next_due is not None and update >= self.next_due
-        if not (final or due) or update == self.last_saved:
+        if not (final or due) or update == self.last_saved or self.failed:
             return
         if self.manager is None:
             self.manager = _manager(self.run_dir, read_only=False, keep=self.cfg.keep_checkpoints)
-        save(self.manager, state, self.cfg, update)
+        else:  # the previous write, in the background until now (orbax would wait for it too)
+            self._guard(self.last_saved, self.manager.wait_until_finished)
+        self._guard(update, lambda: save(self.manager, state, self.cfg, update))
         self.last_saved = update
         if self.every:
             self.next_due = (update // self.every + 1) * self.every
 
+    def _guard(self, update: int | None, write: Any) -> None:
+        """Run ``write``; any failure of this or an earlier background write becomes one
+        ``CheckpointError`` naming the checkpoints still intact."""
+        try:
+            write()
+        except Exception as e:  # noqa: BLE001 - orbax and the file system raise many kinds
+            manager, self.manager, self.failed = self.manager, None, True  # write no more
+            try:
+                manager.close()
+            except Exception:  # noqa: BLE001 - the first error is the one to report
+                pass
+            what = f"checkpoint {update}" if update is not None else "the last checkpoint"
+            raise CheckpointError(
+                f"could not write {what} in {checkpoint_dir(self.run_dir)}: "
+                f"{type(e).__name__}: {e}; the checkpoints already written are intact: "
+                f"{steps(self.run_dir)}") from e
+
     def close(self) -> None:
         if self.manager is not None:
-            self.manager.wait_until_finished()
+            self._guard(self.last_saved, self.manager.wait_until_finished)
             self.manager.close()
+            self.manager = None

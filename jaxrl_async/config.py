@@ -210,6 +210,10 @@ class AsyncConfig:
     host_vectorization: str = static("sync", one_of("sync", "async"))
     """Host envs (env='gymnasium:...'): how each actor stream's gymnasium vector env steps its
     envs: 'sync' one after another in the stream's thread, 'async' in a subprocess each."""
+    host_step_timeout: float = static(60.0, non_negative)
+    """host_vectorization='async': seconds a step (or reset) of a stream's envs may take; a
+    slower one stops the run with an error naming the env id and the envs that did not answer,
+    and their worker processes are terminated. 0: wait forever."""
 
     name = "async"
 

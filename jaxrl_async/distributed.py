@@ -4,6 +4,14 @@ After ``initialize(...)`` in every process, ``jax.devices()`` lists the devices 
 processes; a runner whose device count covers them runs its data-parallel learner over all of
 them (gradients ``pmean``-ed across processes), each process stepping its own envs. Only the
 main process (``jax.process_index() == 0``) writes logs and checkpoints.
+
+A process that dies stops the others; none waits forever in a collective. JAX's coordination
+service (in process 0) declares a process dead once it sends no heartbeat for
+``heartbeat_timeout_seconds``, and every other process then terminates with
+``The following tasks are unhealthy (stopped sending heartbeats): <process ids>``; when
+process 0 itself dies the others lose the service at once and terminate with ``Failed to send
+RPC to coordination service ... the leader task ... died`` (a gloo collective in flight fails
+first with ``Connection reset by peer``). Tested in ``tests/test_faults_distributed.py``.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ def initialize(
     *,
     local_device_ids: list[int] | None = None,
     cpu_collectives: str = "gloo",
+    heartbeat_timeout_seconds: int = 60,
 ) -> None:
     """``jax.distributed.initialize`` with arguments, or the usual environment variables.
 
@@ -27,7 +36,13 @@ def initialize(
     ``JAX_PROCESS_ID``; with none of them set, JAX detects SLURM, Open MPI or Kubernetes itself.
     On CPUs, cross-process collectives use ``cpu_collectives`` (gloo). Call it before anything
     else touches JAX devices.
+
+    ``heartbeat_timeout_seconds``: a process silent this long counts as dead and all others
+    stop with an error naming it (JAX's default is 100 s; every process should pass the same).
     """
+    if not isinstance(heartbeat_timeout_seconds, int) or heartbeat_timeout_seconds < 1:
+        raise ValueError("heartbeat_timeout_seconds must be an int >= 1 (seconds), got "
+                         f"{heartbeat_timeout_seconds!r}")
     env = os.environ
     coordinator_address = coordinator_address or env.get("JAX_COORDINATOR_ADDRESS")
     if num_processes is None and "JAX_NUM_PROCESSES" in env:
@@ -40,6 +55,7 @@ def initialize(
         num_processes=num_processes,
         process_id=process_id,
         local_device_ids=local_device_ids,
+        heartbeat_timeout_seconds=heartbeat_timeout_seconds,
     )
 
 

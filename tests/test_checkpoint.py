@@ -2,6 +2,7 @@
 uninterrupted; Ctrl-C writes a final checkpoint; bad checkpoints fail clearly and touch
 nothing."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import pytest
 
 import jaxrl_async as jra
 from jaxrl_async import checkpoint
+from jaxrl_async.runners import pipeline
 from jaxrl_async.runners.state import Callbacks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,6 +60,37 @@ class Crash(Callbacks):
             raise RuntimeError("simulated crash")
 
 
+class LateActor:
+    """While active, the actor asks for the params of its second rollout acting with version
+    ``version`` only once the learner has published version ``until`` (an order a loaded
+    machine produces now and then). Resumed at update 8 with sync_every 3, rollouts 8 and 9
+    act with version 6 and the learner publishes version 9 after update 8."""
+
+    def __init__(self, version=6, until=9):
+        self.version, self.until = version, until
+
+    def __enter__(self):
+        original, calls = pipeline.Pipeline.params, []
+        version, until = self.version, self.until
+
+        def params(self, device_index, want):
+            if want == version:
+                calls.append(want)
+                if len(calls) == 2:
+                    with self._cond:
+                        self._cond.wait_for(lambda: until in self._params[device_index]
+                                            or self._stopped, timeout=120)
+            return original(self, device_index, want)
+
+        self.patch = pytest.MonkeyPatch()
+        self.patch.setattr(pipeline.Pipeline, "params", params)
+        return self
+
+    def __exit__(self, *exc):
+        self.patch.undo()
+        return False
+
+
 def leaves(state):
     return [np.asarray(jax.random.key_data(x)) if jax.dtypes.issubdtype(
         x.dtype, jax.dtypes.prng_key) else np.asarray(x) for x in jax.tree.leaves(state)]
@@ -77,7 +110,8 @@ def resumed(request, tmp_path_factory):
         jra.train(cfg, seed=7, run_dir=root / "cut", progress=False, callbacks=[Crash(10)])
     saved = checkpoint.steps(root / "cut")
     lines_before = len((root / "cut" / "metrics.jsonl").read_text().splitlines())
-    again = jra.train(resume=root / "cut", progress=False)
+    with LateActor() if request.param == "async-sync-every-3" else contextlib.nullcontext():
+        again = jra.train(resume=root / "cut", progress=False)
     return cfg, root, whole, again, saved, lines_before
 
 

@@ -7,7 +7,10 @@ every test that starts threads has a timeout."""
 import dataclasses
 import json
 import multiprocessing
+import os
+import re
 import threading
+import time
 
 import gymnasium
 import jax
@@ -29,18 +32,21 @@ from tests.conftest import async_ppo, compile_once, no_threads_left, runner_thre
 
 COUNTER = "jaxrl-test/Counter-v0"
 EXPLODING = "jaxrl-test/Exploding-v0"
+HANGING = "jaxrl-test/Hanging-v0"
 
 
 class Counter(gymnasium.Env):
     """Observation ``[episode, t]`` (float64, cast to float32 by the adapter), reward ``t + 1``
     for the step from ``t``. Even episodes are truncated after 3 steps, odd ones terminate after
-    4. With ``explode_at``, the step of that number (counted over the env's life) raises."""
+    4. With ``explode_at``, the step of that number (counted over the env's life) raises; with
+    ``hang_at``, it never returns."""
 
     observation_space = gymnasium.spaces.Box(0.0, 1e6, (2,), np.float64)
     action_space = gymnasium.spaces.Discrete(2)
 
-    def __init__(self, explode_at: int = 0):
-        self.explode_at, self.steps, self.episode, self.t = explode_at, 0, -1, 0
+    def __init__(self, explode_at: int = 0, hang_at: int = 0):
+        self.explode_at, self.hang_at = explode_at, hang_at
+        self.steps, self.episode, self.t = 0, -1, 0
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -51,6 +57,8 @@ class Counter(gymnasium.Env):
         self.steps += 1
         if self.steps == self.explode_at:
             raise RuntimeError(f"env exploded at step {self.steps}")
+        if self.steps == self.hang_at:
+            time.sleep(10**6)
         self.t += 1
         odd = self.episode % 2 == 1
         terminated, truncated = odd and self.t == 4, not odd and self.t == 3
@@ -60,6 +68,7 @@ class Counter(gymnasium.Env):
 
 gymnasium.register(COUNTER, entry_point=Counter)
 gymnasium.register(EXPLODING, entry_point=Counter, kwargs={"explode_at": 25})
+gymnasium.register(HANGING, entry_point=Counter, kwargs={"hang_at": 25})
 
 
 class JaxCounter(VecEnv):
@@ -195,6 +204,23 @@ def test_an_env_that_raises_reaches_the_caller(mode):
         runners.run(cfg, jax.random.key(0), devices=jax.local_devices()[:2])
     assert no_threads_left(threads_before)
     assert multiprocessing.active_children() == []  # the 'async' env workers are gone
+
+
+@pytest.mark.timeout(120)
+def test_a_hung_env_is_an_error_naming_it_and_no_worker_remains():
+    timeout = 1.0
+    cfg = ppo(HANGING, dict(actors_per_device=2, host_vectorization="async",
+                            host_step_timeout=timeout), total_timesteps=4 * 16 * 50)
+    threads_before = set(threading.enumerate())
+    with pytest.raises(jra.envs.HostEnvTimeout, match=(
+            rf"gymnasium:{HANGING}: a step took longer than host_step_timeout=1 s; env\(s\) "
+            r"\[0, 1\] of 2 did not answer \(worker pids \[\d+, \d+\], terminated\)")) as hung:
+        runners.run(cfg, jax.random.key(0), devices=jax.local_devices()[:2])
+    assert no_threads_left(threads_before)
+    assert multiprocessing.active_children() == []
+    for pid in map(int, re.findall(r"\d+", str(hung.value).split("worker pids")[1])):
+        with pytest.raises(ProcessLookupError):  # terminated and reaped
+            os.kill(pid, 0)
 
 
 # --------------------------------------------------------------------------- config

@@ -11,6 +11,7 @@ import jax
 from jaxrl_async.envs import brax
 from jaxrl_async.envs.core import EnvSpec, GymnaxVecEnv, VecEnv, spec_from_gymnax
 from jaxrl_async.envs.host import (
+    HostEnvTimeout,
     HostVecEnv,
     check_host_env_id,
     host_env_spec,
@@ -37,6 +38,7 @@ __all__ = [
     "env_spec",
     "known_env_ids",
     "HostVecEnv",
+    "HostEnvTimeout",
     "is_host_env",
     "make_host_env",
     "ClipAction",

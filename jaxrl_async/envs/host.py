@@ -167,16 +167,26 @@ class HostVecEnv:
         return np.clip(action, low, high)
 
 
+class HostEnvTimeout(TimeoutError):
+    """A host env's subprocess did not answer a step or reset within ``step_timeout``."""
+
+
 class GymnasiumVecEnv(HostVecEnv):
     """``gymnasium.make_vec(id, B, vectorization_mode, autoreset_mode=SAME_STEP)``: 'sync' steps
     the envs one after another in the calling thread, 'async' in one subprocess each
-    (started with 'spawn': forking a process that runs JAX threads can deadlock)."""
+    (started with 'spawn': forking a process that runs JAX threads can deadlock).
 
-    def __init__(self, spec: EnvSpec, num_envs: int, vectorization: str = "sync"):
+    'async': a step or reset that takes longer than ``step_timeout`` seconds (0: no limit)
+    raises ``HostEnvTimeout`` naming the env id and the envs that did not answer;
+    ``close(failed=True)`` then terminates the worker processes."""
+
+    def __init__(self, spec: EnvSpec, num_envs: int, vectorization: str = "sync",
+                 step_timeout: float = 0.0):
         import gymnasium
         from gymnasium.vector import AutoresetMode
 
         super().__init__(spec, num_envs)
+        self.timeout = step_timeout if vectorization == "async" and step_timeout > 0 else None
         kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP}
         if vectorization == "async":
             kwargs["context"] = "spawn"
@@ -189,12 +199,38 @@ class GymnasiumVecEnv(HostVecEnv):
             raise ValueError(f"{spec.env_id}: the vector env autoresets in mode {mode}, "
                              "host actors need AutoresetMode.SAME_STEP")
 
+    def _wait(self, what: str, wait: Any) -> Any:
+        """``wait(timeout)`` of the async vector env; ``HostEnvTimeout`` naming the envs whose
+        worker did not answer in time."""
+        import multiprocessing
+
+        try:
+            return wait(self.timeout)
+        except multiprocessing.TimeoutError:
+            silent = [i for i, pipe in enumerate(self.env.parent_pipes)
+                      if pipe is None or pipe.closed or not pipe.poll(0)]
+            pids = [self.env.processes[i].pid for i in silent]
+            raise HostEnvTimeout(
+                f"{self.spec.env_id}: {what} took longer than host_step_timeout="
+                f"{self.timeout:g} s; env(s) {silent} of {self.num_envs} did not answer (worker "
+                f"pids {pids}, terminated)") from None
+
     def reset(self, seeds: Sequence[int]) -> np.ndarray:
-        obs, _ = self.env.reset(seed=[int(s) for s in seeds])
+        seed = [int(s) for s in seeds]
+        if self.timeout is None:
+            obs, _ = self.env.reset(seed=seed)
+        else:
+            self.env.reset_async(seed=seed)
+            obs, _ = self._wait("a reset", self.env.reset_wait)
         return self._obs(obs)
 
     def step(self, action: np.ndarray) -> HostStep:
-        obs, reward, terminated, truncated, info = self.env.step(self._action(action))
+        if self.timeout is None:
+            out = self.env.step(self._action(action))
+        else:
+            self.env.step_async(self._action(action))
+            out = self._wait("a step", self.env.step_wait)
+        obs, reward, terminated, truncated, info = out
         obs = self._obs(obs)
         final = obs.copy()
         ended = np.flatnonzero(info.get("_final_obs", ()))
@@ -245,11 +281,12 @@ class EnvPoolVecEnv(HostVecEnv):
 
 
 def make_host_env(env_id: str, num_envs: int, *, vectorization: str = "sync",
-                  flatten_obs: bool = False) -> HostVecEnv:
+                  flatten_obs: bool = False, step_timeout: float = 0.0) -> HostVecEnv:
     """``num_envs`` host envs of ``env_id`` (``gymnasium:<id>`` or ``envpool:<id>``);
-    ``vectorization`` ('sync' or 'async') applies to gymnasium envs."""
+    ``vectorization`` ('sync' or 'async') and ``step_timeout`` (seconds, 0: none; 'async'
+    only) apply to gymnasium envs."""
     spec = host_env_spec(env_id, flatten_obs=flatten_obs)
     backend, _ = split_host_id(env_id)
     if backend == "gymnasium":
-        return GymnasiumVecEnv(spec, num_envs, vectorization)
+        return GymnasiumVecEnv(spec, num_envs, vectorization, step_timeout)
     return EnvPoolVecEnv(spec, num_envs)

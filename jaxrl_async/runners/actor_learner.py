@@ -279,8 +279,11 @@ def drive(cfg: Any, setup: Setup, callbacks: Callbacks, compile_s: float,
     versions = {first: programs.pack_params(setup.learner_state)}
     if runner.deterministic and acting_version(runner, first) < first:
         versions[acting_version(runner, first)] = setup.behaviour
-    for version in sorted(versions):
-        publish(versions[version], where, pipeline, version)
+    for version in sorted(versions):  # deterministic: only versions some rollout acts with
+        # (a version that never acts would take one of the pipeline's KEEP_VERSIONS places and
+        # could push out the older acting version before its last rollout fetched it)
+        if not runner.deterministic or publishes(runner, version):
+            publish(versions[version], where, pipeline, version)
     threads = [role_thread(f"actor-{s.index}", events, pipeline, target, *args)
                for s, (target, args) in zip(where.streams, actors(pipeline, actor_stats))]
     threads.append(role_thread("learner", events, pipeline, learner_loop, cfg, programs,

@@ -314,7 +314,8 @@ def _run(cfg: Any, key: jax.Array, callbacks: Callbacks,
     try:
         for _ in where.streams:
             envs.append(make_host_env(cfg.env, where.per_stream, flatten_obs=cfg.flatten_obs,
-                                      vectorization=cfg.runner.host_vectorization))
+                                      vectorization=cfg.runner.host_vectorization,
+                                      step_timeout=cfg.runner.host_step_timeout))
         compile_s = time.perf_counter() - start
 
         def actors(pipeline: Pipeline, stats: list[RoleStats]) -> list[tuple[Callable, tuple]]:

@@ -54,7 +54,7 @@ from jaxrl_async.runners.common import compiler_options  # noqa: E402
 
 GRIDS = {  # reduced, full
     "num_envs": ([4, 64, 1024, 8192], [4, 16, 64, 256, 1024, 2048, 4096, 8192]),
-    "hidden": ([64, 256, 1024], [64, 128, 256, 512, 1024]),
+    "hidden": ([64, 128, 256], [64, 128, 256, 512, 1024]),
     "devices": ([1, 2], [1, 2]),
     "async": ([(4, 2560, 1), (16, 640, 1), (64, 160, 1), (16, 640, 4)],
               [(4, 2560, 1), (8, 1280, 1), (16, 640, 1), (32, 320, 1), (64, 160, 1),
@@ -90,13 +90,18 @@ def sync_point(steps_target: float, repeats: int = 2, devices: int = 1, **kw) ->
             "t_update_s": train_s / updates}
 
 
-def sync_section(grid: list[int], steps: float) -> dict:
-    points = [emit({"section": "sync", **sync_point(steps, num_envs=e)}) for e in grid]
+def fit_sync(points: list[dict]) -> dict:
+    """``t_update = a + b * num_envs`` fitted to the points by least relative error."""
     envs = np.array([p["num_envs"] for p in points], float)
     t = np.array([p["t_update_s"] for p in points])
-    (b, a), *_ = np.linalg.lstsq(np.stack([envs, np.ones_like(envs)], 1), t, rcond=None)
+    rows = np.stack([envs, np.ones_like(envs)], 1) / t[:, None]
+    (b, a), *_ = np.linalg.lstsq(rows, np.ones_like(t), rcond=None)
     return {"points": points, "fixed_s_per_update": float(a), "per_env_s_per_update": float(b),
             "crossover_envs": float(a / b) if b > 0 else None}
+
+
+def sync_section(grid: list[int], steps: float) -> dict:
+    return fit_sync([emit({"section": "sync", **sync_point(steps, num_envs=e)}) for e in grid])
 
 
 def hidden_section(grid: list[int], steps: float) -> dict:
@@ -268,6 +273,22 @@ def plot(summary: dict, folder: Path) -> list[str]:
     return written
 
 
+def summarise_lines(files: list[Path], folder: Path | None) -> None:
+    """The summary (and plots) of the point lines in ``files``, as a run would print them."""
+    points: dict[str, list[dict]] = {}
+    for file in files:
+        for line in file.read_text().splitlines():
+            point = json.loads(line) if line.startswith("{") else {}
+            if "section" in point and point["section"] != "compile":
+                points.setdefault(point["section"], []).append(point)
+    summary = {name: {"points": p} for name, p in points.items()}
+    if "sync" in points:
+        summary["sync"] = fit_sync(points["sync"])
+    plots = plot(summary, folder) if folder else []
+    print(json.dumps({**{name: {k: v for k, v in part.items() if k != "points"}
+                         for name, part in summary.items()}, "plots": plots}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="the whole grids (slow)")
@@ -277,8 +298,13 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=20, help="async iterations per figure")
     parser.add_argument("--rounds", type=int, default=3, help="async rounds (medians)")
     parser.add_argument("--plots", type=Path, default=None, help="write PNG plots here")
+    parser.add_argument("--from-lines", type=Path, nargs="+", default=[],
+                        help="measure nothing: plot and summarise the point lines of earlier "
+                             "runs (their stdout)")
     parser.add_argument("--child-devices", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.from_lines:
+        return summarise_lines(args.from_lines, args.plots)
     if args.child_devices:  # one point of the devices section, in its own process
         print(json.dumps(sync_point(args.steps, devices=args.child_devices, num_envs=256)))
         return
@@ -290,7 +316,7 @@ def main() -> None:
     if "sync" in args.only:
         summary["sync"] = sync_section(GRIDS["num_envs"][full], args.steps)
     if "hidden" in args.only:
-        summary["hidden"] = hidden_section(GRIDS["hidden"][full], args.steps)
+        summary["hidden"] = hidden_section(GRIDS["hidden"][full], args.steps / 10)
     if "devices" in args.only:
         summary["devices"] = devices_section(GRIDS["devices"][full], args.steps)
     if "async" in args.only:

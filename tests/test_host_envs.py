@@ -199,7 +199,7 @@ class JaxCartPoleFromStarts(VecEnv):
                 jnp.zeros_like(terminated, bool), {"final_observation": final})
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_a_waiting_cartpole_is_gymnax_cartpole_and_waits(devices):
     # The latency-bound env of experiments/bench_host_envs.py: its host rollout (stream 1 of 2,
     # lag 1) is the JAX rollout of gymnax's CartPole-v1 from the same starts, episode ends

@@ -22,6 +22,13 @@ Figures (the words defined in docs/results.md), per configuration, medians over 
 
 The machine is shared and noisy: compare ratios from one run. One JSON line per configuration,
 and as the last line one JSON object summarising them.
+
+Envs whose step takes time (``jaxrl_async/envs/latency.py``; ``latency_main`` below):
+
+    python experiments/bench_host_envs.py --latency-ms 1 5 20 [--mode sleep|spin]
+                                          [--vectorization sync|async] [--threads 1 2 4 8]
+
+measures the blocking loop against 1..8 actor threads per step latency instead of CartPole.
 """
 
 from __future__ import annotations

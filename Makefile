@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUNNER ?= sync
 ARGS ?=
 
-.PHONY: setup train test bench bench-sweep docs lint clean
+.PHONY: setup train test bench bench-sweep bench-host-envs bench-scaling bench-scaling-full accelerator-check docs lint clean
 
 setup: $(STAMP)
 
@@ -32,6 +32,24 @@ bench: $(STAMP)
 
 bench-sweep: $(STAMP)
 	$(PY) experiments/bench_sweep.py
+
+# Host envs that wait (sleep, GIL released) over 1/5/20 ms and 1/2/4/8 actor threads; then the
+# CPU-bound case (spin, GIL held) in subprocesses. Not part of `make test`.
+bench-host-envs: $(STAMP)
+	$(PY) experiments/bench_host_envs.py
+	$(PY) experiments/bench_host_envs.py --latency-ms 1 5 20 --rounds 1
+	$(PY) experiments/bench_host_envs.py --latency-ms 1 --mode spin --vectorization async --threads 1 2 4 --rounds 1
+
+# How cost grows (reduced grids, a few minutes); PNG plots into docs/img.
+bench-scaling: $(STAMP)
+	$(PY) experiments/bench_scaling.py --plots docs/img
+
+bench-scaling-full: $(STAMP)
+	$(PY) experiments/bench_scaling.py --full --plots docs/img
+
+# On a machine with an NVIDIA GPU: fresh venv with CUDA jax, benchmarks, one JSON line.
+accelerator-check:
+	bash experiments/accelerator_check.sh
 
 # docs/cli.md is generated from the CLI's parsers and the configs (tests/test_docs.py checks it).
 docs: $(STAMP)

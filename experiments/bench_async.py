@@ -85,7 +85,9 @@ def main() -> None:
                 total_timesteps=args.num_envs * args.num_steps * args.updates,
                 log_every=10)
     cfg = jra.PPOConfig(**base, runner=jra.AsyncConfig(actor_devices=1, learner_devices=1))
-    anakin = jra.PPOConfig(**base, runner=jra.SyncConfig(num_devices=2))
+    # the sync runner over the same devices (one, where there is one: a single GPU)
+    anakin = jra.PPOConfig(**base, runner=jra.SyncConfig(
+        num_devices=min(2, jax.local_device_count())))
     setup = actor_learner.prepare(cfg, jax.random.key(0))
     actor, learner = setup.programs.actor[0], setup.programs.learner
     where, stream = setup.where, setup.where.streams[0]

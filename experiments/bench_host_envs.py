@@ -22,6 +22,13 @@ Figures (the words defined in docs/results.md), per configuration, medians over 
 
 The machine is shared and noisy: compare ratios from one run. One JSON line per configuration,
 and as the last line one JSON object summarising them.
+
+Envs whose step takes time (``jaxrl_async/envs/latency.py``; ``latency_main`` below):
+
+    python experiments/bench_host_envs.py --latency-ms 1 5 20 [--mode sleep|spin]
+                                          [--vectorization sync|async] [--threads 1 2 4 8]
+
+measures the blocking loop against 1..8 actor threads per step latency instead of CartPole.
 """
 
 from __future__ import annotations
@@ -72,7 +79,7 @@ def cache_compiled() -> None:
 class Blocking:
     """The blocking loop on one thread, from the programs of the 1-thread pipeline."""
 
-    def __init__(self, cfg: jra.PPOConfig):
+    def __init__(self, cfg: jra.PPOConfig, vectorization: str = "sync"):
         from jaxrl_async.algos import make_algorithm
         from jaxrl_async.envs import env_spec
 
@@ -85,7 +92,7 @@ class Blocking:
         self.state = jax.device_put(state._replace(env=()), self.where.replicated)
         self.actor_device = self.where.actor_devices[0]
         self.run_key = jax.device_put(state.key, self.actor_device)
-        self.env = make_host_env(cfg.env, cfg.num_envs)
+        self.env = make_host_env(cfg.env, cfg.num_envs, vectorization=vectorization)
         self.actor = host_actors.HostActor(self.env, self.programs, self.where.streams[0],
                                            cfg.num_steps)
         self.actor.reset(self.seeds)
@@ -142,7 +149,10 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, nargs="+", default=[64, 64])
     parser.add_argument("--updates", type=int, default=40, help="iterations per measurement")
     parser.add_argument("--rounds", type=int, default=3)
+    add_latency_args(parser)
     args = parser.parse_args()
+    if args.latency_ms:
+        return latency_main(args)
     cache_compiled()
     configs = {k: config(args, k) for k in THREADS}
     batch = args.num_envs * args.num_steps
@@ -195,6 +205,110 @@ def main() -> None:
                    "lag": 1},
         "updates": n, "rounds": args.rounds, "load_avg": os.getloadavg()[0],
         "jax": jax.__version__, "gymnasium": __import__("gymnasium").__version__,
+    }))
+
+
+
+# --------------------------------------------------------------------------- envs that wait
+def add_latency_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "envs whose step takes a fixed time (jaxrl_async/envs/latency.py); given --latency-ms, "
+        "the benchmark measures those instead of CartPole")
+    group.add_argument("--latency-ms", type=float, nargs="+", default=[],
+                       help="step latency of each env, ms (e.g. 1 5 20)")
+    group.add_argument("--mode", choices=("sleep", "spin"), default="sleep",
+                       help="sleep: the step waits, releasing the GIL (a simulator behind a "
+                            "socket); spin: it computes in Python, holding the GIL (CPU-bound)")
+    group.add_argument("--vectorization", choices=("sync", "async"), default="sync",
+                       help="the pipeline's AsyncConfig.host_vectorization (async: one "
+                            "subprocess per env); the blocking loop steps the envs in-thread")
+    group.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8])
+    group.add_argument("--budget-s", type=float, default=8.0,
+                       help="about this many seconds of blocking loop per measurement (the "
+                            "number of iterations is at least 4 and at most --updates)")
+
+
+def latency_main(args: argparse.Namespace) -> None:
+    """The blocking loop against the pipeline with k actor threads, per step latency: one JSON
+    line per (latency, configuration), then one summary line.
+
+    Each thread steps ``num_envs / k`` envs one after another, so k threads overlap k waits:
+    with the 'sleep' mode the pipeline's env throughput is at most ``k / latency`` (and
+    ``num_envs / latency`` with one env per thread); with 'spin' at most ``free cores /
+    latency``, and only in subprocesses (``--vectorization async``). ``bound_sps`` is that
+    limit, ``learner_busy_bound`` = U / (batch / bound_sps) the learner's busy fraction at it.
+    """
+    from jaxrl_async.envs.latency import waiting_cartpole_id
+
+    cache_compiled()
+    batch = args.num_envs * args.num_steps
+    threads = [k for k in args.threads if args.num_envs % k == 0]
+    lines, summary = [], {}
+    start_load = os.getloadavg()[0]
+    compile_s = 0.0
+    for latency in args.latency_ms:
+        env_id = waiting_cartpole_id(latency, args.mode)
+        base = config(args, 1)
+        configs = {k: dataclasses.replace(
+            base, env=env_id, runner=dataclasses.replace(
+                base.runner, actors_per_device=k, host_vectorization=args.vectorization))
+            for k in threads}
+        t_env = batch * latency / 1000  # the blocking loop's waits per iteration
+        n = int(min(args.updates, max(4, np.ceil(args.budget_s / max(t_env, 1e-9)))))
+        start = time.perf_counter()
+        blocking = Blocking(configs[threads[0]])
+        for k in threads:  # compile every layout (and start every env) once before timing
+            jra.train(dataclasses.replace(configs[k], total_timesteps=batch), progress=False)
+        compile_s += time.perf_counter() - start
+        rounds: dict[str, list[float]] = {"R": [], "U": [], "blocking": []}
+        runs: dict[int, list[dict]] = {k: [] for k in threads}
+        for _ in range(args.rounds):
+            rounds["R"].append(per_iteration(blocking.rollouts, max(2, n // 2)))
+            rounds["U"].append(per_iteration(blocking.updates, n))
+            rounds["blocking"].append(per_iteration(blocking.loop, n))
+            for k in threads:
+                cfg = dataclasses.replace(configs[k], total_timesteps=batch * n)
+                runs[k].append(jra.train(cfg, seed=0, progress=False).timing)
+        blocking.env.close()
+        R, U, t_block = (float(np.median(rounds[k])) for k in ("R", "U", "blocking"))
+        blocking_sps = [batch / t for t in rounds["blocking"]]
+        cores = len(os.sched_getaffinity(0))
+        row = {"latency_ms": latency, "mode": args.mode, "vectorization": args.vectorization,
+               "iterations": n}
+        lines.append({**row, "config": "blocking", "sps": float(np.median(blocking_sps)),
+                      "R": R, "U": U, "T": t_block, "ideal": (R + U) / max(R, U)})
+        for k in threads:
+            sps = [t["sps"] for t in runs[k]]
+            parallel = min(k, args.num_envs) if args.mode == "sleep" else cores
+            if args.mode == "spin" and args.vectorization == "sync":
+                parallel = 1  # the GIL: one env computes at a time
+            bound = parallel / (latency / 1000) if latency else float("inf")
+            lines.append({
+                **row, "config": f"threads={k}", "sps": float(np.median(sps)),
+                "speedup": float(np.median([a / b for a, b in zip(sps, blocking_sps)])),
+                "learner_busy": float(np.median([t["learner_busy"] for t in runs[k]])),
+                "actor_busy": float(np.median([t["actor_busy"] for t in runs[k]])),
+                "bound_sps": bound, "learner_busy_bound": min(1.0, U * bound / batch),
+                "spread_sps": [round(min(sps)), round(max(sps))],
+            })
+        summary[f"{latency:g}ms"] = {
+            "blocking_sps": lines[-len(threads) - 1]["sps"], "R": R, "U": U,
+            **{f"threads={line['config'][8:]}": {
+                key: round(line[key], 3) for key in ("sps", "speedup", "learner_busy",
+                                                     "bound_sps", "learner_busy_bound")}
+               for line in lines[-len(threads):]}}
+    for line in lines:
+        print(json.dumps(line))
+    print(json.dumps({
+        "latency": summary, "mode": args.mode, "vectorization": args.vectorization,
+        "compile_s": compile_s,
+        "config": {"env": "jaxrl/CartPole-<mode><latency>ms-v1", "num_envs": args.num_envs,
+                   "num_steps": args.num_steps, "update_epochs": args.update_epochs,
+                   "num_minibatches": args.num_minibatches, "hidden_sizes": args.hidden,
+                   "lag": 1},
+        "rounds": args.rounds, "cores": len(os.sched_getaffinity(0)),
+        "load_avg": [start_load, os.getloadavg()[0]], "jax": jax.__version__,
+        "gymnasium": __import__("gymnasium").__version__,
     }))
 
 

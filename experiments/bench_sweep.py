@@ -35,6 +35,8 @@ def main() -> None:
     parser.add_argument("--total-timesteps", type=float, default=100_000)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--fast-compile", action="store_true")
+    parser.add_argument("--sweep-only", action="store_true",
+                        help="skip the one-by-one phase (the sweep's own figures only)")
     args = parser.parse_args()
     cfg = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=128,
                         total_timesteps=int(args.total_timesteps),
@@ -46,6 +48,18 @@ def main() -> None:
         result = jra.sweep(cfg, grid=GRID, seeds=args.seeds, progress=False)
     sweep_wall = time.perf_counter() - start
 
+    if args.sweep_only:
+        print(json.dumps({
+            "configs": len(result.configs), "seeds": len(result.seeds),
+            "runs": result.timing["runs"], "devices": result.timing["devices"],
+            "total_timesteps_per_run": cfg.num_updates * cfg.steps_per_update,
+            "sweep": {"compiles": len(sweep_compiles), "wall_s": round(sweep_wall, 2),
+                      "compile_s": round(result.timing["compile_s"], 2),
+                      "train_s": round(result.timing["train_s"], 2),
+                      "sps": round(result.timing["sps"])},
+            "best": {k: v for k, v in result.best().items()
+                     if k in GRID or k == "final_return"}}))
+        return
     finals, compile_s, train_s = [], 0.0, 0.0
     start = time.perf_counter()
     with count_compiles() as alone_compiles:

@@ -65,10 +65,16 @@ def main() -> None:
     parser.add_argument("--baseline", action="store_true", help="also time baseline_ppo.py")
     parser.add_argument("--fast-compile", action="store_true",
                         help="compile with PPOConfig(fast_compile=True)'s XLA options (both)")
+    parser.add_argument("--num-envs", type=int, help="override the preset's num_envs")
+    parser.add_argument("--num-steps", type=int, help="override the preset's num_steps")
+    parser.add_argument("--total-timesteps", type=float, help="override the preset's budget")
     args = parser.parse_args()
 
-    cfg = jra.PPOConfig(env="CartPole-v1", fast_compile=args.fast_compile,
-                        **PRESETS[args.preset])
+    preset = dict(PRESETS[args.preset])
+    for key in ("num_envs", "num_steps", "total_timesteps"):
+        if getattr(args, key) is not None:
+            preset[key] = int(getattr(args, key))
+    cfg = jra.PPOConfig(env="CartPole-v1", fast_compile=args.fast_compile, **preset)
     options = compiler_options(cfg)
     steps = cfg.num_updates * cfg.steps_per_update * args.seeds
     jax.jit(lambda x: x + 1)(1.0).block_until_ready()  # start the backend before timing
@@ -82,14 +88,15 @@ def main() -> None:
 
     ours = measure(vmapped(jra.make_train(cfg)), lambda o: o.metrics["episode_return"], keys,
                    args.repeats, cfg.num_updates, steps, options)
-    result = {"preset": args.preset, "total_timesteps": steps, "num_seeds": args.seeds,
+    result = {"preset": args.preset, "num_envs": cfg.num_envs, "num_steps": cfg.num_steps,
+              "total_timesteps": steps, "num_seeds": args.seeds,
               "fast_compile": args.fast_compile,
               "repeats": args.repeats, **ours, "jax": jax.__version__,
               "devices": str(jax.devices()[0].platform)}
     if args.baseline:
         import baseline_ppo
 
-        base = measure(vmapped(baseline_ppo.make_train(**PRESETS[args.preset])),
+        base = measure(vmapped(baseline_ppo.make_train(**preset)),
                        lambda o: o[1], keys, args.repeats, cfg.num_updates, steps, options)
         result.update({f"baseline_{k}": v for k, v in base.items()})
         result["speedup_vs_baseline"] = base["train_s"] / ours["train_s"]

@@ -174,6 +174,101 @@ def test_a_host_rollout_is_the_jax_rollout_of_the_same_env(devices):
         np.testing.assert_array_equal(a, b)
 
 
+class JaxCartPoleFromStarts(VecEnv):
+    """gymnax's CartPole-v1 dynamics, each env starting its episode k from ``starts[env, k]``
+    (the starts gymnasium draws for the host env), so it can be compared with the host env."""
+
+    def __init__(self, starts: np.ndarray):
+        from gymnax.environments.classic_control.cartpole import CartPole, EnvState
+
+        self.env, self.state_type = CartPole(), EnvState
+        self.params, self.starts = self.env.default_params, jnp.asarray(starts, jnp.float32)
+        self.spec = env_spec("CartPole-v1")
+
+    def _start(self, env: jax.Array, episode: jax.Array):
+        s = self.starts[env, episode]
+        return self.state_type(x=s[:, 0], x_dot=s[:, 1], theta=s[:, 2], theta_dot=s[:, 3],
+                               time=jnp.zeros_like(episode))
+
+    def reset(self, keys):
+        env, episode = jnp.arange(keys.shape[0]), jnp.zeros(keys.shape[0], jnp.int32)
+        state = self._start(env, episode)
+        return jax.vmap(self.env.get_obs)(state), (state, episode)
+
+    def step(self, keys, state, action):
+        inner, episode = state
+        step = jax.vmap(self.env.step_env, in_axes=(0, 0, 0, None))
+        final, inner, reward, terminated, _ = step(keys, inner, action, self.params)
+        episode = jnp.where(terminated, episode + 1, episode)
+        fresh = self._start(jnp.arange(keys.shape[0]), episode)
+        inner = jax.tree.map(lambda a, b: jnp.where(terminated, a, b), fresh, inner)
+        obs = jax.vmap(self.env.get_obs)(inner)
+        return (obs, (inner, episode), reward.astype(jnp.float32), terminated.astype(bool),
+                jnp.zeros_like(terminated, bool), {"final_observation": final})
+
+
+@pytest.mark.timeout(300)
+def test_a_waiting_cartpole_is_gymnax_cartpole_and_waits(devices):
+    # The latency-bound env of experiments/bench_host_envs.py: its host rollout (stream 1 of 2,
+    # lag 1) is the JAX rollout of gymnax's CartPole-v1 from the same starts, episode ends
+    # included, in the same trajectory format; and each step of each env waits latency_ms.
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+    from jaxrl_async.envs.latency import WaitingCartPole, waiting_cartpole_id
+
+    latency_ms, seeds = 2.0, [21, 22]
+    env_id = waiting_cartpole_id(latency_ms)
+    assert env_id == "gymnasium:jaxrl/CartPole-sleep2ms-v1"
+    assert env_spec(env_id) == dataclasses.replace(env_spec("CartPole-v1"), env_id=env_id)
+    cfg = ppo(env_id.partition(":")[2], dict(actors_per_device=2))  # shares the CartPole compile
+    where = placement.layout(cfg, devices[:2])
+    spec = env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
+    algo = make_algorithm(cfg, spec)
+    programs = host_actors.compile_host_programs(cfg, algo, spec, where)
+    state = jax.device_put(programs.learner.init(jax.random.key(3))._replace(env=()),
+                           where.replicated)
+    params = jax.device_put(programs.learner.pack_params(state), where.actor_devices[0])
+    stream, update, version = where.streams[1], 2, 1
+    run_key = jax.device_put(state.key, stream.device)
+
+    env = make_host_env(cfg.env, 2)
+    try:
+        actor = host_actors.HostActor(env, programs, stream, cfg.num_steps)
+        actor.reset(seeds)
+        start = time.perf_counter()
+        traj, sums = actor.rollout(params, run_key, update, version)
+        elapsed = time.perf_counter() - start
+    finally:
+        env.close()
+    assert elapsed >= 2 * cfg.num_steps * latency_ms / 1000  # 2 envs stepped one after another
+
+    starts = []  # gymnasium's starts: the reset with the seed, then an autoreset per episode
+    for seed in seeds:
+        replica = CartPoleEnv()
+        replica.reset(seed=seed)
+        episodes = [replica.state]
+        for _ in range(cfg.num_steps):
+            replica.reset()
+            episodes.append(replica.state)
+        starts.append(episodes)
+    jax_env = EpisodeStatistics(JaxCartPoleFromStarts(np.asarray(starts)))
+    obs, env_state = jax_env.reset(jnp.zeros((2,)))
+    carry = EnvCarry(env_state, obs, jnp.ones(2, bool))
+    rollout_key, _ = update_keys(run_key, update)
+    policy = algo.policy_params(jax.device_get(state.learner))
+    _, expected, expected_sums = rollout(jax_env, algo, policy, carry, rollout_key,
+                                         cfg.num_steps, stream.env_id, version,
+                                         update * cfg.num_steps)
+
+    assert traj.terminated.any() and isinstance(env.env.envs[0].unwrapped, WaitingCartPole)
+    for name, x, y in zip(traj._fields, traj, expected):
+        for a, b in zip(jax.tree.leaves(x), jax.tree.leaves(y), strict=True):
+            assert np.asarray(a).dtype == b.dtype and np.shape(a) == b.shape, name
+            np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
+                                       rtol=1e-4, atol=1e-5, err_msg=name)
+    np.testing.assert_allclose(sums, expected_sums, rtol=1e-6)
+
+
 @pytest.mark.timeout(300)
 def test_a_seed_reproduces_a_run_whatever_the_vectorization():
     # 2 streams of 2 envs, lag 1: deterministic mode is a lock-step schedule, the envs are

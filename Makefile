@@ -1,4 +1,5 @@
-# The two commands: `make train` and `make test`. Both build .venv from pyproject.toml first.
+# The two commands: `make train` and `make test`. Both build .venv from pyproject.toml first
+# (with the test and envpool extras: the EnvPool/Atari tests run in `make test`).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,7 +15,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[test,envpool]"
 	touch $(STAMP)
 
 train: $(STAMP)

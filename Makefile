@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 RUNNER ?= sync
 ARGS ?=
 
-.PHONY: setup train test bench bench-sweep docs lint clean
+.PHONY: setup train test bench bench-atari bench-sweep docs lint clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,12 @@ bench: $(STAMP)
 	$(PY) experiments/bench_sync.py --preset cartpole-large --baseline --repeats 1
 	$(PY) experiments/bench_async.py
 	$(PY) experiments/bench_algos.py
+	$(PY) experiments/bench_conv.py
+
+# Atari (EnvPool) on host actor threads, Nature CNN: SPS with 1, 2 and 4 threads.
+bench-atari: $(STAMP)
+	$(PY) experiments/bench_host_envs.py --env envpool:Pong-v5 --num-steps 16 --update-epochs 1 \
+		--num-minibatches 1 --hidden 64 --updates 4 --rounds 1
 
 bench-sweep: $(STAMP)
 	$(PY) experiments/bench_sweep.py

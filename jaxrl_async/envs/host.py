@@ -227,9 +227,9 @@ class EnvPoolVecEnv(HostVecEnv):
         self.pools: list[Any] = []
 
     def reset(self, seeds: Sequence[int]) -> np.ndarray:
-        self.close()  # EnvPool takes its seed when made
+        self.close()  # EnvPool takes its seed when made, an int32 (the run's seeds are uint32)
         self.pools = [self.envpool.make(self.name, env_type="gymnasium", num_envs=1,
-                                        seed=int(s), **self.options) for s in seeds]
+                                        seed=int(s) % 2**31, **self.options) for s in seeds]
         return self._obs(np.concatenate([pool.reset()[0] for pool in self.pools]))
 
     def step(self, action: np.ndarray) -> HostStep:

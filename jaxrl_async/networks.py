@@ -14,7 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxrl_async.conv import Conv
+from jaxrl_async.conv import Conv, scale_frames
 from jaxrl_async.envs import EnvSpec
 
 _LOG_2PI = math.log(2 * math.pi)
@@ -188,12 +188,6 @@ class MLP(nn.Module):
         return x
 
 
-def _frames(x: jax.Array) -> jax.Array:
-    """Observations as float32; uint8 frames (0..255) scaled to [0, 1] here, in the network, so
-    they travel as bytes from the env to the learner."""
-    return x.astype(jnp.float32) / 255.0 if x.dtype == jnp.uint8 else x
-
-
 class MinAtarCNN(nn.Module):
     """The MinAtar paper's torso: one 3x3 conv with 16 channels, then dense layers. The conv is
     ``conv.Conv`` (the parameters of ``nn.Conv``, fast on a CPU)."""
@@ -206,7 +200,7 @@ class MinAtarCNN(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:  # [..., H, W, C]
         act = ACTIVATIONS[self.activation]
         norm = (lambda y: nn.LayerNorm()(y)) if self.layer_norm else (lambda y: y)
-        x = act(norm(Conv(16, (3, 3), kernel_init=orthogonal())(_frames(x))))
+        x = act(norm(Conv(16, (3, 3), kernel_init=orthogonal())(scale_frames(x))))
         x = x.reshape(*x.shape[:-3], -1)
         for size in self.hidden_sizes:
             x = act(norm(nn.Dense(size, kernel_init=orthogonal())(x)))
@@ -227,7 +221,7 @@ class NatureCNN(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:  # [..., F, H, W]
         act = ACTIVATIONS[self.activation]
         norm = (lambda y: nn.LayerNorm()(y)) if self.layer_norm else (lambda y: y)
-        x = jnp.moveaxis(_frames(x), -3, -1)  # [..., H, W, F]
+        x = jnp.moveaxis(scale_frames(x), -3, -1)  # [..., H, W, F]
         for features, size, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
             x = nn.relu(norm(Conv(features, (size, size), (stride, stride),
                                   kernel_init=orthogonal())(x)))

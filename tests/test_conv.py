@@ -11,7 +11,8 @@ from jaxrl_async.conv import Conv
 from jaxrl_async.networks import ActorCritic, NatureCNN, init_params, orthogonal
 
 # (input [..., H, W, C], features, kernel, stride): the MinAtar conv, the Nature-DQN convs
-# (the first on a smaller image, to keep the test fast), an odd stride that leaves a remainder,
+# (the first on a smaller image, to keep the test fast; 8x8/4 and 4x4/2 go through
+# space_to_depth), a stride that leaves rows and columns over with and without space_to_depth,
 # and extra leading axes ([T, B, ...] minibatches, one observation)
 CASES = [
     ((5, 10, 10, 4), 16, 3, 1),
@@ -19,6 +20,7 @@ CASES = [
     ((3, 9, 9, 32), 64, 4, 2),
     ((3, 7, 7, 64), 64, 3, 1),
     ((2, 3, 11, 9, 3), 5, 3, 2),
+    ((2, 39, 38, 4), 6, 8, 4),
     ((10, 10, 4), 16, 3, 1),
 ]
 

@@ -54,29 +54,33 @@ def test_conv_equals_flax_conv(shape, features, size, stride):
 def test_nature_cnn_scales_uint8_frames_inside_and_has_the_nature_shapes():
     frames = jax.random.randint(jax.random.key(0), (2, 4, 84, 84), 0, 256).astype(jnp.uint8)
     net = ActorCritic(True, 6, "nature", (64,), "relu")  # (512 in the paper: a slower init)
-    params = init_params(net, jax.random.key(1), frames[0])
+    params = jax.jit(lambda k: init_params(net, k, frames[0]))(jax.random.key(1))
     shapes = {"/".join(k.key for k in path): leaf.shape
               for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]}
     for conv, shape in [("Conv_0", (8, 8, 4, 32)), ("Conv_1", (4, 4, 32, 64)),
                         ("Conv_2", (3, 3, 64, 64))]:
         assert shapes[f"params/actor_torso/{conv}/kernel"] == shape
     assert shapes["params/actor_torso/Dense_0/kernel"] == (7 * 7 * 64, 64)
-    pi, value = net.apply(params, frames)
+    apply = jax.jit(net.apply)
+    pi, value = apply(params, frames)
     assert pi.logits.shape == (2, 6) and value.shape == (2,)
     # uint8 frames give what the same frames as floats in [0, 1] give
-    pi_f, value_f = net.apply(params, frames.astype(jnp.float32) / 255.0)
+    pi_f, value_f = apply(params, frames.astype(jnp.float32) / 255.0)
     np.testing.assert_allclose(pi.logits, pi_f.logits, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(value, value_f, rtol=1e-6, atol=1e-6)
-    # the frames axis is the channel axis: [F, H, W] frames == NatureCNN on them, not [H, W, C]
+
+    # the torso against lax.conv_general_dilated: the frames axis is the channel axis
+    def reference(tp, frames):
+        h = jnp.moveaxis(frames.astype(jnp.float32) / 255.0, -3, -1)
+        for i, stride in enumerate([4, 2, 1]):
+            conv = tp["params"][f"Conv_{i}"]
+            h = nn.relu(jax.lax.conv_general_dilated(
+                h, conv["kernel"], (stride, stride), "VALID",
+                dimension_numbers=("NHWC", "HWIO", "NHWC")) + conv["bias"])
+        dense = tp["params"]["Dense_0"]
+        return nn.relu(h.reshape(h.shape[0], -1) @ dense["kernel"] + dense["bias"])
+
     torso = NatureCNN((32,))
-    tp = torso.init(jax.random.key(2), frames[0])
-    x = frames[0].astype(jnp.float32) / 255.0
-    h = jnp.moveaxis(x, 0, -1)
-    for i, stride in enumerate([4, 2, 1]):
-        kernel, bias = tp["params"][f"Conv_{i}"]["kernel"], tp["params"][f"Conv_{i}"]["bias"]
-        h = nn.relu(jax.lax.conv_general_dilated(
-            h[None], kernel, (stride, stride), "VALID",
-            dimension_numbers=("NHWC", "HWIO", "NHWC"))[0] + bias)
-    dense = tp["params"]["Dense_0"]
-    ref = nn.relu(h.reshape(-1) @ dense["kernel"] + dense["bias"])
-    np.testing.assert_allclose(torso.apply(tp, frames[0]), ref, rtol=1e-5, atol=1e-5)
+    tp = jax.tree.map(lambda p: p + 0.01, torso.init(jax.random.key(2), frames))
+    np.testing.assert_allclose(jax.jit(torso.apply)(tp, frames), jax.jit(reference)(tp, frames),
+                               rtol=1e-5, atol=1e-5)

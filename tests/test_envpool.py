@@ -26,7 +26,7 @@ FRAMES = (4, 84, 84)
 
 def impala(env: str, threads: int) -> jra.ImpalaConfig:
     return jra.ImpalaConfig(env=env, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 3,
-                            hidden_sizes=(64,), log_every=1,
+                            hidden_sizes=(64,), log_every=1, fast_compile=True,
                             runner=jra.AsyncConfig(actors_per_device=threads, lag=1))
 
 

@@ -38,14 +38,15 @@ def test_conv_equals_flax_conv(shape, features, size, stride):
         np.testing.assert_array_equal(a, b)
     params = jax.tree.map(lambda p: p + 0.1, params)  # a non-zero bias
 
-    y, y_ref = ours.apply(params, x), flax.apply(params, x)
+    y, y_ref = jax.jit(ours.apply)(params, x), jax.jit(flax.apply)(params, x)
     assert y.shape == y_ref.shape
     np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-5)
 
     cotangent = jax.random.normal(jax.random.key(2), y.shape)
 
     def grads(module):
-        return jax.grad(lambda p, x: jnp.sum(module.apply(p, x) * cotangent), (0, 1))(params, x)
+        return jax.jit(jax.grad(lambda p, x: jnp.sum(module.apply(p, x) * cotangent),
+                                (0, 1)))(params, x)
 
     for g, g_ref in zip(jax.tree.leaves(grads(ours)), jax.tree.leaves(grads(flax))):
         np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-5 * float(jnp.abs(g_ref).max()))

@@ -10,17 +10,15 @@ import pytest
 from jaxrl_async.conv import Conv
 from jaxrl_async.networks import ActorCritic, NatureCNN, init_params, orthogonal
 
-# (input [..., H, W, C], features, kernel, stride): the MinAtar conv, the Nature-DQN convs
-# (the first on a smaller image, to keep the test fast; 8x8/4 and 4x4/2 go through
-# space_to_depth), a stride that leaves rows and columns over with and without space_to_depth,
-# and extra leading axes ([T, B, ...] minibatches, one observation)
+# (input [..., H, W, C], features, kernel, stride): the MinAtar conv; the Nature-DQN's 8x8/4
+# (on a smaller image that leaves rows and columns over, to keep the test fast) and 4x4/2, both
+# through space_to_depth; a 3x3/2 conv (not through it) with extra leading axes ([T, B, ...]
+# minibatches); one observation
 CASES = [
     ((5, 10, 10, 4), 16, 3, 1),
-    ((3, 36, 36, 4), 32, 8, 4),
-    ((3, 9, 9, 32), 64, 4, 2),
-    ((3, 7, 7, 64), 64, 3, 1),
-    ((2, 3, 11, 9, 3), 5, 3, 2),
     ((2, 39, 38, 4), 6, 8, 4),
+    ((2, 9, 9, 8), 4, 4, 2),
+    ((2, 3, 11, 9, 3), 5, 3, 2),
     ((10, 10, 4), 16, 3, 1),
 ]
 

@@ -1,4 +1,5 @@
-# The two commands: `make train` and `make test`. Both build .venv from pyproject.toml first.
+# The two commands: `make train` and `make test`. Both build .venv from pyproject.toml first
+# (with the test and envpool extras: the EnvPool/Atari tests run in `make test`).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -6,7 +7,7 @@ STAMP := $(VENV)/.installed
 RUNNER ?= sync
 ARGS ?=
 
-.PHONY: setup train test bench bench-sweep bench-host-envs bench-scaling bench-scaling-full accelerator-check docs lint clean
+.PHONY: setup train test bench bench-atari bench-sweep bench-host-envs bench-scaling bench-scaling-full accelerator-check docs lint clean
 
 setup: $(STAMP)
 
@@ -14,7 +15,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[test,envpool]"
 	touch $(STAMP)
 
 train: $(STAMP)
@@ -29,6 +30,12 @@ bench: $(STAMP)
 	$(PY) experiments/bench_sync.py --preset cartpole-large --baseline --repeats 1
 	$(PY) experiments/bench_async.py
 	$(PY) experiments/bench_algos.py
+	$(PY) experiments/bench_conv.py
+
+# Atari (EnvPool) on host actor threads, Nature CNN: SPS with 1, 2 and 4 threads.
+bench-atari: $(STAMP)
+	$(PY) experiments/bench_host_envs.py --env envpool:Pong-v5 --num-steps 16 --update-epochs 1 \
+		--num-minibatches 1 --hidden 64 --updates 4 --rounds 1
 
 bench-sweep: $(STAMP)
 	$(PY) experiments/bench_sweep.py

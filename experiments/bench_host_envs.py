@@ -1,8 +1,14 @@
-"""Speed of host actors (gymnasium CartPole stepped on host threads) on 2 devices (1 actor,
-1 learner) with 1, 2 and 4 actor threads, against the blocking loop on one thread.
+"""Speed of host actors (gymnasium CartPole, or EnvPool's Atari, stepped on host threads) on 2
+devices (1 actor, 1 learner) with 1, 2 and 4 actor threads, against the blocking loop on one
+thread.
 
     python experiments/bench_host_envs.py [--num-envs 16 --num-steps 64 --update-epochs 20
                                           --updates 40 --rounds 3]
+    python experiments/bench_host_envs.py --env envpool:Pong-v5 --num-steps 16 \
+        --update-epochs 1 --num-minibatches 1 --updates 4 --rounds 1   # Atari, Nature CNN
+
+(``--env envpool:<Atari id>`` needs the ``envpool`` extra; the torso follows the env: the
+Nature-DQN CNN for Atari's ``[4, 84, 84]`` frames, whose dense layer is ``--hidden``.)
 
 (``--update-epochs 20``, the default, makes the update take about as long as the host
 rollout; the saved runs are in ``results/bench_host_envs.jsonl``.)
@@ -56,7 +62,7 @@ THREADS = (1, 2, 4)
 
 def config(args: argparse.Namespace, threads: int) -> jra.PPOConfig:
     return jra.PPOConfig(
-        env="gymnasium:CartPole-v1", num_envs=args.num_envs, num_steps=args.num_steps,
+        env=args.env, num_envs=args.num_envs, num_steps=args.num_steps,
         update_epochs=args.update_epochs, num_minibatches=args.num_minibatches,
         hidden_sizes=tuple(args.hidden), log_every=10,
         total_timesteps=args.num_envs * args.num_steps * args.updates,
@@ -142,6 +148,8 @@ def per_iteration(fn, n: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="gymnasium:CartPole-v1",
+                        help="a host env id (gymnasium:<id> or envpool:<id>)")
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--num-steps", type=int, default=64)
     parser.add_argument("--update-epochs", type=int, default=20)
@@ -199,12 +207,14 @@ def main() -> None:
         "learner_busy": {str(k): line["learner_busy"] for k, line in zip(THREADS, lines[1:])},
         "R": R, "U": U, "ideal": lines[0]["ideal"], "T_parallel": t_parallel,
         "machine_limit": t_block / t_parallel, "compile_s": compile_s,
-        "config": {"env": "gymnasium:CartPole-v1", "num_envs": args.num_envs,
+        "config": {"env": args.env, "torso": configs[1].resolved_torso, "num_envs": args.num_envs,
                    "num_steps": args.num_steps, "update_epochs": args.update_epochs,
                    "num_minibatches": args.num_minibatches, "hidden_sizes": args.hidden,
                    "lag": 1},
         "updates": n, "rounds": args.rounds, "load_avg": os.getloadavg()[0],
         "jax": jax.__version__, "gymnasium": __import__("gymnasium").__version__,
+        **({"envpool": __import__("envpool").__version__} if args.env.startswith("envpool:")
+           else {}),
     }))
 
 

@@ -251,8 +251,10 @@ class TrainConfig:
     """Discount factor."""
     normalize_obs: bool = static(False, boolean)
     """Standardise observations with running statistics (kept in the env state)."""
-    torso: str = static("auto", one_of("auto", "mlp", "cnn"))
-    """Network torso: mlp, cnn (MinAtar-style), or auto (cnn for image observations)."""
+    torso: str = static("auto", one_of("auto", "mlp", "cnn", "nature"))
+    """Network torso: mlp, cnn (MinAtar-style), nature (the Nature-DQN CNN on stacked frames
+    [F, H, W], e.g. Atari's [4, 84, 84]; uint8 frames are scaled inside the network), or auto
+    (nature for [F, 84, 84] frames, cnn for other image observations, else mlp)."""
     hidden_sizes: tuple[int, ...] = static((64, 64), positive_int_tuple)
     """Hidden layer sizes of the MLP (or the dense layers after the CNN)."""
     activation: str = static("tanh", one_of("tanh", "relu", "gelu", "silu"))
@@ -321,9 +323,14 @@ class TrainConfig:
         if self.total_timesteps < self.steps_per_update:
             fail(self, "total_timesteps",
                  f"must be >= num_envs * num_steps = {self.steps_per_update}")
-        if self.torso == "cnn" and len(env_spec(self.env).obs_shape) != 3:
+        obs_shape = env_spec(self.env).obs_shape
+        if self.torso == "cnn" and len(obs_shape) != 3:
             fail(self, "torso", f"'cnn' needs image observations [H, W, C]; {self.env} has "
-                 f"shape {env_spec(self.env).obs_shape}; allowed here: 'mlp' or 'auto'")
+                 f"shape {obs_shape}; allowed here: 'mlp' or 'auto'")
+        if self.torso == "nature" and (len(obs_shape) != 3 or min(obs_shape[1:]) < 36):
+            fail(self, "torso", f"'nature' needs stacked frames [F, H, W] with H, W >= 36; "
+                 f"{self.env} has shape {obs_shape}; allowed here: 'mlp', 'auto'"
+                 + (" or 'cnn'" if len(obs_shape) == 3 else ""))
         if not hasattr(self.runner, "name") or self.runner.name not in ("sync", "async"):
             fail(self, "runner", "must be SyncConfig(...) or AsyncConfig(...)")
         if self.runner.name == "sync" and self.num_envs % self.runner.num_devices:

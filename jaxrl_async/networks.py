@@ -14,6 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxrl_async.conv import Conv, scale_frames
 from jaxrl_async.envs import EnvSpec
 
 _LOG_2PI = math.log(2 * math.pi)
@@ -188,7 +189,8 @@ class MLP(nn.Module):
 
 
 class MinAtarCNN(nn.Module):
-    """The MinAtar paper's torso: one 3x3 conv with 16 channels, then dense layers."""
+    """The MinAtar paper's torso: one 3x3 conv with 16 channels, then dense layers. The conv is
+    ``conv.Conv`` (the parameters of ``nn.Conv``, fast on a CPU)."""
 
     hidden_sizes: Sequence[int] = (128,)
     activation: str = "relu"
@@ -198,11 +200,38 @@ class MinAtarCNN(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:  # [..., H, W, C]
         act = ACTIVATIONS[self.activation]
         norm = (lambda y: nn.LayerNorm()(y)) if self.layer_norm else (lambda y: y)
-        x = act(norm(nn.Conv(16, (3, 3), padding="VALID", kernel_init=orthogonal())(x)))
+        x = act(norm(Conv(16, (3, 3), kernel_init=orthogonal())(scale_frames(x))))
         x = x.reshape(*x.shape[:-3], -1)
         for size in self.hidden_sizes:
             x = act(norm(nn.Dense(size, kernel_init=orthogonal())(x)))
         return x
+
+
+class NatureCNN(nn.Module):
+    """The Nature-DQN torso (Mnih et al. 2015) on stacked Atari frames ``[..., F, 84, 84]``
+    (frames first, as EnvPool and ALE stack them; uint8, scaled inside): convs 8x8/4 (32),
+    4x4/2 (64), 3x3/1 (64), then the dense layers (512 in the paper; ``hidden_sizes``).
+    ReLU after the convs; ``activation`` after the dense layers."""
+
+    hidden_sizes: Sequence[int] = (512,)
+    activation: str = "relu"
+    layer_norm: bool = False
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:  # [..., F, H, W]
+        act = ACTIVATIONS[self.activation]
+        norm = (lambda y: nn.LayerNorm()(y)) if self.layer_norm else (lambda y: y)
+        x = jnp.moveaxis(scale_frames(x), -3, -1)  # [..., H, W, F]
+        for features, size, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+            x = nn.relu(norm(Conv(features, (size, size), (stride, stride),
+                                  kernel_init=orthogonal())(x)))
+        x = x.reshape(*x.shape[:-3], -1)
+        for size in self.hidden_sizes:
+            x = act(norm(nn.Dense(size, kernel_init=orthogonal())(x)))
+        return x
+
+
+TORSOS = {"mlp": MLP, "cnn": MinAtarCNN, "nature": NatureCNN}
 
 
 class ActorCritic(nn.Module):
@@ -214,13 +243,13 @@ class ActorCritic(nn.Module):
 
     discrete: bool
     action_dim: int
-    torso: str = "mlp"  # "mlp" | "cnn"
+    torso: str = "mlp"  # a key of TORSOS
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     log_std_init: float = 0.0
 
     def setup(self) -> None:
-        torso_cls = MinAtarCNN if self.torso == "cnn" else MLP
+        torso_cls = TORSOS[self.torso]
         self.actor_torso = torso_cls(tuple(self.hidden_sizes), self.activation)
         self.critic_torso = torso_cls(tuple(self.hidden_sizes), self.activation)
         self.policy_head = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01))
@@ -244,8 +273,11 @@ class ActorCritic(nn.Module):
 
 
 def resolve_torso(torso: str, obs_shape: Sequence[int]) -> str:
-    """``"auto"`` means the MinAtar CNN for image observations ``[H, W, C]``, else the MLP."""
+    """``"auto"``: the Nature-DQN CNN for stacked Atari frames ``[F, 84, 84]``, the MinAtar CNN
+    for other image observations ``[H, W, C]``, else the MLP."""
     if torso == "auto":
+        if len(obs_shape) == 3 and tuple(obs_shape[1:]) == (84, 84):
+            return "nature"
         return "cnn" if len(obs_shape) == 3 else "mlp"
     return torso
 
@@ -264,14 +296,14 @@ class QNetwork(nn.Module):
     """Q-values of every action: ``obs [..., *obs_shape] -> [..., num_actions]``."""
 
     num_actions: int
-    torso: str = "mlp"  # "mlp" | "cnn"
+    torso: str = "mlp"  # a key of TORSOS
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "relu"
     layer_norm: bool = False
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        torso_cls = MinAtarCNN if self.torso == "cnn" else MLP
+        torso_cls = TORSOS[self.torso]
         x = torso_cls(tuple(self.hidden_sizes), self.activation, self.layer_norm)(obs)
         return nn.Dense(self.num_actions, kernel_init=orthogonal(1.0))(x)
 

@@ -238,12 +238,23 @@ def test_packing_is_exact():
     tree = {"f": np.array([1.5, -np.inf, np.nan], np.float32),
             "i": np.array([-3, 2**31 - 1], np.int32),
             "b": np.array([True, False]), "u8": np.arange(3, dtype=np.uint8),
-            "h": np.array([0.1], np.float16)}
+            "h": np.array([0.1], np.float16),
+            "frames": np.random.default_rng(0).integers(0, 256, (2, 5, 7), np.uint8),
+            "i8": np.array([-128, 127, 5, -1, 0], np.int8)}
     packing = placement.Packing.of(tree)
+    # bytes travel four to a word (70 frame bytes: 18 words); other narrow leaves one a word
+    assert packing.size == 3 + 2 + 2 + 1 + 1 + 18 + 2
     back = jax.jit(lambda t: packing.unpack(packing.pack(t)))(tree)
     for name in tree:
         assert back[name].dtype == tree[name].dtype
         np.testing.assert_array_equal(back[name], tree[name])
+    from jaxrl_async.runners import host_actors  # the host's numpy packing, bit for bit
+
+    host = host_actors.pack_numpy(packing, tree)
+    np.testing.assert_array_equal(host, jax.jit(packing.pack)(tree))
+    for name, leaf in host_actors.unpack_numpy(packing, host).items():
+        assert leaf.dtype == tree[name].dtype
+        np.testing.assert_array_equal(leaf, tree[name])
 
 
 # --------------------------------------------------------------------------- learning

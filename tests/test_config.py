@@ -29,6 +29,8 @@ from jaxrl_async.config import hyper_fields, static_fields
         ({"env": "CartPole-v9"}, "env"),
         ({"torso": "transformer"}, "torso"),
         ({"torso": "cnn"}, "torso"),  # CartPole observations are not images
+        ({"torso": "nature"}, "torso"),  # nor stacked frames
+        ({"torso": "nature", "env": "Breakout-MinAtar"}, "torso"),  # 10x10: too small
         ({"activation": "sigmoid"}, "activation"),
         ({"hidden_sizes": (64, 0)}, "hidden_sizes"),
         ({"hidden_sizes": ()}, "hidden_sizes"),
@@ -45,7 +47,7 @@ def test_bad_value_names_the_field(kwargs, field):
 
 
 def test_messages_say_what_is_allowed():
-    with pytest.raises(ValueError, match=r"must be one of \['auto', 'mlp', 'cnn'\]"):
+    with pytest.raises(ValueError, match=r"must be one of \['auto', 'mlp', 'cnn', 'nature'\]"):
         jra.PPOConfig(torso="transformer")
     with pytest.raises(ValueError, match="known ids: .*CartPole-v1"):
         jra.PPOConfig(env="nope")

@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "jaxrl_async"
 # Bottom to top; a module belongs to the first entry that is its name or a package above it.
 LAYERS = [
     ["jaxrl_async.envs", "jaxrl_async.distributed"],
-    ["jaxrl_async.networks"],
+    ["jaxrl_async.conv", "jaxrl_async.networks"],
     ["jaxrl_async.config"],
     ["jaxrl_async.algos"],
     ["jaxrl_async.rollout"],

@@ -45,7 +45,7 @@ class RecurrentPPOConfig(PPOConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.resolved_torso == "cnn":
+        if self.resolved_torso in ("cnn", "nature"):
             fail(self, "torso", "must be 'mlp' (image observations are then flattened; the "
                  "recurrent network has no CNN)")
         if self.num_steps % self.bptt_length:

@@ -248,17 +248,24 @@ class EnvPoolVecEnv(HostVecEnv):
     """EnvPool envs, one single-env pool each, stepped one after another and reset in the step
     their episode ends. EnvPool's own autoreset happens on the next step and does not keep the
     final observation apart from the next episode's first, which truncation needs; one pool
-    per env keeps that exact at the cost of EnvPool's batched stepping."""
+    per env keeps that exact at the cost of EnvPool's batched stepping. EnvPool steps without
+    the GIL, so actor threads step their pools in parallel.
 
-    def __init__(self, spec: EnvSpec, num_envs: int):
+    Atari (``envpool:Pong-v5``, ...): EnvPool's defaults, so ``terminated`` is the true end of
+    the game (``episodic_life=False``: a lost life is not an episode's end), truncation at
+    ``max_episode_steps`` (27000 agent steps), frames ``uint8 [4, 84, 84]`` (kept as bytes
+    up to the network). ``options`` go to ``envpool.make`` (e.g. ``max_episode_steps``)."""
+
+    def __init__(self, spec: EnvSpec, num_envs: int, **options: Any):
         super().__init__(spec, num_envs)
         self.envpool, self.name = _package("envpool"), split_host_id(spec.env_id)[1]
+        self.options = options
         self.pools: list[Any] = []
 
     def reset(self, seeds: Sequence[int]) -> np.ndarray:
-        self.close()  # EnvPool takes its seed when made
+        self.close()  # EnvPool takes its seed when made, an int32 (the run's seeds are uint32)
         self.pools = [self.envpool.make(self.name, env_type="gymnasium", num_envs=1,
-                                        seed=int(s)) for s in seeds]
+                                        seed=int(s) % 2**31, **self.options) for s in seeds]
         return self._obs(np.concatenate([pool.reset()[0] for pool in self.pools]))
 
     def step(self, action: np.ndarray) -> HostStep:

@@ -51,6 +51,7 @@ from jaxrl_async.runners.placement import (
     Layout,
     Packing,
     Stream,
+    is_bytes,
     layout,
     learner_state_spec,
     place_tree,
@@ -59,6 +60,7 @@ from jaxrl_async.runners.placement import (
     split_for_learners,
     to_learner,
     wide_dtype,
+    words,
 )
 from jaxrl_async.runners.programs import Programs, acting_params, compile_with_learner
 from jaxrl_async.runners.state import Callbacks, RunState, TrainingInterrupted, TrainResult
@@ -182,6 +184,10 @@ def pack_numpy(packing: Packing, tree: Any) -> np.ndarray:
         if x.shape != want.shape or x.dtype != want.dtype:
             raise ValueError(f"leaf {x.dtype}{list(x.shape)} does not match the packing's "
                              f"{want.dtype}{list(want.shape)}")
+        if is_bytes(x.dtype):  # four to a word, as Packing.pack
+            x = np.pad(x.ravel(), (0, -x.size % 4))
+            flat.append(np.ascontiguousarray(x).view(np.uint32))
+            continue
         wide = np.dtype(wide_dtype(x.dtype))
         flat.append(np.ascontiguousarray(x, dtype=wide).view(np.uint32).ravel())
     return np.concatenate(flat)
@@ -194,10 +200,13 @@ def unpack_numpy(packing: Packing, flat: np.ndarray) -> Any:
         raise ValueError(f"expected a packed vector of {packing.size}, got shape {flat.shape}")
     leaves, offset = [], 0
     for want in packing.leaves:
-        n = int(np.prod(want.shape))
-        wide = flat[offset:offset + n].view(np.dtype(wide_dtype(want.dtype)))
-        leaves.append(wide.reshape(want.shape).astype(want.dtype))
-        offset += n
+        n, w = int(np.prod(want.shape)), words(want)
+        if is_bytes(want.dtype):
+            leaves.append(flat[offset:offset + w].view(want.dtype)[:n].reshape(want.shape))
+        else:
+            wide = flat[offset:offset + n].view(np.dtype(wide_dtype(want.dtype)))
+            leaves.append(wide.reshape(want.shape).astype(want.dtype))
+        offset += w
     return jax.tree.unflatten(packing.treedef, leaves)
 
 

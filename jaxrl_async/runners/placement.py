@@ -61,7 +61,8 @@ class Stream(NamedTuple):
 class Packing(NamedTuple):
     """A pytree of arrays as one flat ``uint32`` vector, so it crosses devices in one copy
     instead of one per leaf (host overhead is what limits overlap on a CPU). Exact: 32-bit
-    leaves are bit-cast; narrower ones are widened to 32 bits first."""
+    leaves are bit-cast; bytes (``uint8``/``int8``: frames) four to a word, so frames cross as
+    bytes; other narrower leaves are widened to 32 bits first."""
 
     treedef: Any
     leaves: tuple[jax.ShapeDtypeStruct, ...]
@@ -76,21 +77,43 @@ class Packing(NamedTuple):
 
     @property
     def size(self) -> int:
-        return sum(int(np.prod(x.shape)) for x in self.leaves)
+        return sum(words(x) for x in self.leaves)
 
     def pack(self, tree: Any) -> jax.Array:
-        return jnp.concatenate([lax.bitcast_convert_type(widen(x), jnp.uint32).ravel()
-                                for x in jax.tree.leaves(tree)])
+        flat = []
+        for x in jax.tree.leaves(tree):
+            if is_bytes(x.dtype):
+                x = x.ravel()
+                x = jnp.pad(x, (0, -x.size % 4)).reshape(-1, 4)
+                flat.append(lax.bitcast_convert_type(x, jnp.uint32))
+            else:
+                flat.append(lax.bitcast_convert_type(widen(x), jnp.uint32).ravel())
+        return jnp.concatenate(flat)
 
     def unpack(self, flat: jax.Array) -> Any:
         chex.assert_shape(flat, (self.size,))
         leaves, offset = [], 0
         for x in self.leaves:
-            n = int(np.prod(x.shape))
-            wide = lax.bitcast_convert_type(flat[offset:offset + n], wide_dtype(x.dtype))
-            leaves.append(wide.reshape(x.shape).astype(x.dtype))
-            offset += n
+            n, w = int(np.prod(x.shape)), words(x)
+            if is_bytes(x.dtype):
+                data = lax.bitcast_convert_type(flat[offset:offset + w], x.dtype)  # [w, 4]
+                leaves.append(data.ravel()[:n].reshape(x.shape))
+            else:
+                wide = lax.bitcast_convert_type(flat[offset:offset + n], wide_dtype(x.dtype))
+                leaves.append(wide.reshape(x.shape).astype(x.dtype))
+            offset += w
         return jax.tree.unflatten(self.treedef, leaves)
+
+
+def is_bytes(dtype: Any) -> bool:
+    """Whether leaves of ``dtype`` are packed four to a ``uint32`` word (uint8, int8)."""
+    return np.dtype(dtype) in (np.dtype(np.uint8), np.dtype(np.int8))
+
+
+def words(x: Any) -> int:
+    """The ``uint32`` words a leaf (anything with ``shape`` and ``dtype``) packs into."""
+    n = int(np.prod(x.shape))
+    return -(-n // 4) if is_bytes(x.dtype) else n
 
 
 def wide_dtype(dtype: Any) -> Any:

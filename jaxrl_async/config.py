@@ -272,6 +272,7 @@ class TrainConfig:
 
     name = "base"
     accumulates_gradients = False  # whether the learner honours grad_accum_steps
+    masks_actions = False  # whether its policy reads an env's action mask (EnvSpec.action_mask)
 
     # Fields that only say where and how often to write things: they may differ between a run
     # and its resumption (everything else must match).
@@ -310,6 +311,13 @@ class TrainConfig:
         if self.total_timesteps < self.steps_per_update:
             fail(self, "total_timesteps",
                  f"must be >= num_envs * num_steps = {self.steps_per_update}")
+        if not is_host_env(self.env) and env_spec(self.env).action_mask:
+            if not self.masks_actions:
+                fail(self, "env", f"{self.env} has an action mask, which {type(self).__name__} "
+                     "does not read; algorithms that do: ppo, impala")
+            if self.normalize_obs:
+                fail(self, "normalize_obs", f"must be False for {self.env} (the observation "
+                     "carries its action mask)")
         if self.torso == "cnn" and len(env_spec(self.env).obs_shape) != 3:
             fail(self, "torso", f"'cnn' needs image observations [H, W, C]; {self.env} has "
                  f"shape {env_spec(self.env).obs_shape}; allowed here: 'mlp' or 'auto'")

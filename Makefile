@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUNNER ?= sync
 ARGS ?=
 
-.PHONY: setup train test bench bench-sweep docs lint clean
+.PHONY: setup train test test-suites bench bench-sweep docs lint clean
 
 setup: $(STAMP)
 
@@ -14,7 +14,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[test,suites]"
 	touch $(STAMP)
 
 train: $(STAMP)
@@ -22,6 +22,11 @@ train: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile $(ARGS)
+
+# Every env suite's tests, PPO on each under both runners and Craftax included (minutes of
+# compiles on a CPU; make test runs the contract tests and PPO on Jumanji).
+test-suites: $(STAMP)
+	JRA_SUITE_PPO=1 $(PY) -m pytest -q tests/test_env_suites.py $(ARGS)
 
 bench: $(STAMP)
 	$(PY) experiments/bench_sync.py --preset cartpole-ref --baseline

@@ -230,8 +230,10 @@ class TrainConfig:
     """Fields every algorithm shares: the env, the batch shape, the budget, the runner."""
 
     env: str = static("CartPole-v1")
-    """Environment id: any gymnax id (e.g. CartPole-v1, Pendulum-v1, Breakout-MinAtar), run on
-    the device; or a host env stepped by CPU threads, with the async runner only:
+    """Environment id: any gymnax id (e.g. CartPole-v1, Pendulum-v1, Breakout-MinAtar), a suite
+    id (brax/<name>, craftax/<id>, xminigrid/<id>, navix/<id>, jumanji/<id>, with its extra) or
+    a name given to jaxrl_async.register_env or an entry point of the group jaxrl_async.envs,
+    run on the device; or a host env stepped by CPU threads, with the async runner only:
     'gymnasium:<id>' (any registered gymnasium id, e.g. gymnasium:CartPole-v1) or
     'envpool:<id>' (needs the package envpool). Each actor stream (runner.actors_per_device
     per actor device) is one thread owning num_envs / streams host envs, seeded per env from
@@ -313,8 +315,8 @@ class TrainConfig:
                  f"must be >= num_envs * num_steps = {self.steps_per_update}")
         if not is_host_env(self.env) and env_spec(self.env).action_mask:
             if not self.masks_actions:
-                fail(self, "env", f"{self.env} has an action mask, which {type(self).__name__} "
-                     "does not read; algorithms that do: ppo, impala")
+                fail(self, "env", f"must have no action mask for {type(self).__name__} (it "
+                     "does not read one; algorithms that do: ppo, impala)")
             if self.normalize_obs:
                 fail(self, "normalize_obs", f"must be False for {self.env} (the observation "
                      "carries its action mask)")

@@ -71,9 +71,8 @@ def known_env_ids() -> list[str]:
     ``craftax/...``, ``xminigrid/...``, ``navix/...``, ``jumanji/...``)."""
     import gymnax
 
-    suites = [registry.suite_of(prefix).known_ids() for prefix in registry.SUITES]
-    return [*gymnax.registered_envs, *registry.registered_ids(), *brax.known_ids(),
-            *(i for ids in suites for i in ids)]
+    suites = [i for suite in registry.SUITES.values() for i in suite.known_ids()]
+    return [*gymnax.registered_envs, *registry.registered_ids(), *brax.known_ids(), *suites]
 
 
 def check_env_id(env_id: str) -> None:

@@ -13,20 +13,16 @@ and a resumed run included, with an entry point whose name is the env id::
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
+from jaxrl_async.envs import craftax, jumanji, navix, xminigrid
 from jaxrl_async.envs.core import VecEnv
 
 GROUP = "jaxrl_async.envs"
-SUITES = {  # id prefix -> the adapter module (imported when an id with the prefix is used)
-    "craftax/": "jaxrl_async.envs.craftax",
-    "xminigrid/": "jaxrl_async.envs.xminigrid",
-    "navix/": "jaxrl_async.envs.navix",
-    "jumanji/": "jaxrl_async.envs.jumanji",
-}
+# id prefix -> adapter (each imports its library only when one of its ids is used)
+SUITES = {suite.PREFIX: suite for suite in (craftax, xminigrid, navix, jumanji)}
 RESERVED = (*SUITES, "brax/", "gymnasium:", "envpool:")
 
 _factories: dict[str, Callable[..., VecEnv]] = {}
@@ -85,9 +81,9 @@ def make_registered(env_id: str, env_kwargs: tuple = ()) -> VecEnv:
 
 def suite_of(env_id: str) -> Any:
     """The adapter module of a suite id (``craftax/...``), or None."""
-    for prefix, module in SUITES.items():
+    for prefix, suite in SUITES.items():
         if env_id.startswith(prefix):
-            return importlib.import_module(module)
+            return suite
     return None
 
 

@@ -44,7 +44,8 @@ def make_chain(env_id="chain-v0"):
 
 def tiny(env, runner=None, **kw):
     base = dict(env=env, num_envs=4, num_steps=8, num_minibatches=2, update_epochs=2,
-                total_timesteps=4 * 8 * 8, log_every=2, checkpoint_every=4, lr=1e-2)
+                total_timesteps=4 * 8 * 8, log_every=2, checkpoint_every=4, lr=1e-2,
+                fast_compile=True)
     return jra.PPOConfig(**{**base, **kw}, runner=runner or jra.SyncConfig())
 
 

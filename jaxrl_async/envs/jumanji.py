@@ -1,7 +1,7 @@
 """Jumanji behind the ``VecEnv`` contract (optional: ``pip install .[jumanji]``).
 
 Ids: ``jumanji/<id>`` for every id ``jumanji.registered_environments()`` lists whose action is
-one discrete choice (``jumanji/Snake-v1``, ``jumanji/Game2048-v1``, ``jumanji/Maze-v0`` ...).
+one discrete choice (``jumanji/Snake-v1``, ``jumanji/Game2048-v1`` ...).
 A structured observation is flattened: its array fields, raveled to float32 in the order of the
 observation spec, then its ``action_mask`` last (``EnvSpec.obs_parts`` records the layout and
 ``EnvSpec.action_mask`` that the mask is there), which the masked categorical head reads so an

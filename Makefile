@@ -1,5 +1,5 @@
 # The two commands: `make train` and `make test`. Both build .venv from pyproject.toml first
-# (with the test and envpool extras: the EnvPool/Atari tests run in `make test`).
+# (with the test, envpool and suites extras: the EnvPool/Atari and env-suite tests run in `make test`).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 RUNNER ?= sync
 ARGS ?=
 
-.PHONY: setup train test bench bench-atari bench-sweep bench-host-envs bench-scaling bench-scaling-full accelerator-check docs lint clean
+.PHONY: setup train test test-suites bench bench-atari bench-sweep bench-host-envs bench-scaling \
+	bench-scaling-full accelerator-check docs lint clean
 
 setup: $(STAMP)
 
@@ -15,7 +16,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,envpool]"
+	$(PY) -m pip install --quiet -e ".[test,envpool,suites]"
 	touch $(STAMP)
 
 train: $(STAMP)
@@ -23,6 +24,11 @@ train: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile $(ARGS)
+
+# Every env suite's tests, PPO on each under both runners and Craftax included (minutes of
+# compiles on a CPU; make test runs the contract tests and PPO on Jumanji).
+test-suites: $(STAMP)
+	JRA_SUITE_PPO=1 $(PY) -m pytest -q tests/test_env_suites.py $(ARGS)
 
 bench: $(STAMP)
 	$(PY) experiments/bench_sync.py --preset cartpole-ref --baseline

@@ -9,7 +9,7 @@ from jaxrl_async.algos.recurrent_ppo import RecurrentPPOConfig
 from jaxrl_async.algos.sac import SACConfig
 from jaxrl_async.checkpoint import CheckpointError
 from jaxrl_async.config import AsyncConfig, SyncConfig
-from jaxrl_async.envs import EnvSpec, env_spec, make_env
+from jaxrl_async.envs import EnvSpec, env_spec, make_env, register_env
 from jaxrl_async.evaluate import evaluate, save_gif
 from jaxrl_async.runners.state import RunState, TrainingInterrupted, TrainResult
 from jaxrl_async.sweep import (
@@ -35,6 +35,7 @@ __all__ = [
     "EnvSpec",
     "env_spec",
     "make_env",
+    "register_env",
     "make_train",
     "train",
     "load_config",

@@ -234,8 +234,10 @@ class TrainConfig:
     """Fields every algorithm shares: the env, the batch shape, the budget, the runner."""
 
     env: str = static("CartPole-v1")
-    """Environment id: any gymnax id (e.g. CartPole-v1, Pendulum-v1, Breakout-MinAtar), run on
-    the device; or a host env stepped by CPU threads, with the async runner only:
+    """Environment id: any gymnax id (e.g. CartPole-v1, Pendulum-v1, Breakout-MinAtar), a suite
+    id (brax/<name>, craftax/<id>, xminigrid/<id>, navix/<id>, jumanji/<id>, with its extra) or
+    a name given to jaxrl_async.register_env or an entry point of the group jaxrl_async.envs,
+    run on the device; or a host env stepped by CPU threads, with the async runner only:
     'gymnasium:<id>' (any registered gymnasium id, e.g. gymnasium:CartPole-v1) or
     'envpool:<id>' (needs the package envpool). Each actor stream (runner.actors_per_device
     per actor device) is one thread owning num_envs / streams host envs, seeded per env from
@@ -279,6 +281,7 @@ class TrainConfig:
 
     name = "base"
     accumulates_gradients = False  # whether the learner honours grad_accum_steps
+    masks_actions = False  # whether its policy reads an env's action mask (EnvSpec.action_mask)
 
     # Fields that only say where and how often to write things: they may differ between a run
     # and its resumption (everything else must match).
@@ -323,7 +326,15 @@ class TrainConfig:
         if self.total_timesteps < self.steps_per_update:
             fail(self, "total_timesteps",
                  f"must be >= num_envs * num_steps = {self.steps_per_update}")
-        obs_shape = env_spec(self.env).obs_shape
+        spec = env_spec(self.env)
+        obs_shape = spec.obs_shape
+        if spec.action_mask:
+            if not self.masks_actions:
+                fail(self, "env", f"must have no action mask for {type(self).__name__} (it "
+                     "does not read one; algorithms that do: ppo, impala)")
+            if self.normalize_obs:
+                fail(self, "normalize_obs", f"must be False for {self.env} (the observation "
+                     "carries its action mask)")
         if self.torso == "cnn" and len(obs_shape) != 3:
             fail(self, "torso", f"'cnn' needs image observations [H, W, C]; {self.env} has "
                  f"shape {obs_shape}; allowed here: 'mlp' or 'auto'")

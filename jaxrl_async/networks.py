@@ -247,6 +247,7 @@ class ActorCritic(nn.Module):
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     log_std_init: float = 0.0
+    masked: bool = False  # the last action_dim observation entries are the legal-action mask
 
     def setup(self) -> None:
         torso_cls = TORSOS[self.torso]
@@ -265,11 +266,18 @@ class ActorCritic(nn.Module):
     def policy(self, obs: jax.Array) -> Categorical | DiagGaussian:
         out = self.policy_head(self.actor_torso(obs))
         if self.discrete:
-            return Categorical(out)
+            return Categorical(mask_logits(out, obs) if self.masked else out)
         return DiagGaussian(out, jnp.broadcast_to(self.log_std, out.shape))
 
     def value(self, obs: jax.Array) -> jax.Array:
         return self.value_head(self.critic_torso(obs))[..., 0]
+
+
+def mask_logits(logits: jax.Array, obs: jax.Array) -> jax.Array:
+    """``logits [..., n]`` with the actions the mask (the last n entries of ``obs [..., D]``,
+    1 legal, 0 illegal) rules out set to -1e9: probability 0, never sampled, never the mode."""
+    legal = obs[..., obs.shape[-1] - logits.shape[-1]:] > 0.5
+    return jnp.where(legal, logits, -1e9)
 
 
 def resolve_torso(torso: str, obs_shape: Sequence[int]) -> str:
@@ -288,7 +296,8 @@ def actor_critic_for(
     """The actor-critic for an env spec (``torso="auto"``: CNN for image observations)."""
     torso = resolve_torso(torso, spec.obs_shape)
     action_dim = spec.num_actions if spec.discrete else int(math.prod(spec.action_shape))
-    return ActorCritic(spec.discrete, action_dim, torso, tuple(hidden_sizes), activation)
+    return ActorCritic(spec.discrete, action_dim, torso, tuple(hidden_sizes), activation,
+                       masked=spec.action_mask)
 
 
 # --------------------------------------------------------------------------- Q-learning

@@ -71,6 +71,7 @@ class ImpalaConfig(OptimizerFields, TrainConfig):
     """Standardise the policy-gradient advantages per batch (statistics over all devices)."""
 
     name = "impala"
+    masks_actions = True
 
 
 def make_algorithm(cfg: ImpalaConfig, spec: EnvSpec) -> Algorithm:

@@ -61,6 +61,7 @@ class PPOConfig(OptimizerFields, TrainConfig):
     """Standardise advantages per minibatch (statistics over all devices)."""
 
     name = "ppo"
+    masks_actions = True
     accumulates_gradients = True
 
     def validate(self) -> None:

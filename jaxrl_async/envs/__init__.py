@@ -1,5 +1,6 @@
-"""Environments: ``make_env(env_id)`` for gymnax ids, wrapped and batched on the device; host
-envs (``gymnasium:<id>``, ``envpool:<id>``) for the async runner's host actors in ``host``."""
+"""Environments: ``make_env(env_id)`` for gymnax ids, Brax, the env suites (Craftax,
+XLand-MiniGrid, Navix, Jumanji) and registered envs, wrapped and batched on the device; host envs
+(``gymnasium:<id>``, ``envpool:<id>``) for the async runner's host actors in ``host``."""
 
 from __future__ import annotations
 
@@ -8,8 +9,15 @@ from typing import Any
 
 import jax
 
-from jaxrl_async.envs import brax
-from jaxrl_async.envs.core import EnvSpec, GymnaxVecEnv, VecEnv, spec_from_gymnax
+from jaxrl_async.envs import brax, registry
+from jaxrl_async.envs.core import (
+    AutoReset,
+    EnvSpec,
+    GymnaxVecEnv,
+    VecEnv,
+    discrete_spec,
+    spec_from_gymnax,
+)
 from jaxrl_async.envs.host import (
     HostEnvTimeout,
     HostVecEnv,
@@ -18,6 +26,7 @@ from jaxrl_async.envs.host import (
     is_host_env,
     make_host_env,
 )
+from jaxrl_async.envs.registry import register_env, registered_ids
 from jaxrl_async.envs.wrappers import (
     ClipAction,
     EpisodeStatistics,
@@ -32,9 +41,13 @@ from jaxrl_async.envs.wrappers import (
 )
 
 __all__ = [
+    "AutoReset",
     "EnvSpec",
     "VecEnv",
+    "discrete_spec",
     "make_env",
+    "register_env",
+    "registered_ids",
     "env_spec",
     "known_env_ids",
     "HostVecEnv",
@@ -55,13 +68,13 @@ __all__ = [
 
 
 def known_env_ids() -> list[str]:
-    """Every id ``make_env`` accepts: gymnax's (classic control, MinAtar, bsuite, misc) and,
-    when brax is installed, ``brax/<name>``."""
+    """Every id ``make_env`` accepts: gymnax's (classic control, MinAtar, bsuite, misc), the
+    registered ones and, for each optional extra installed, its suite's (``brax/<name>``,
+    ``craftax/...``, ``xminigrid/...``, ``navix/...``, ``jumanji/...``)."""
     import gymnax
 
-    from jaxrl_async.envs import brax
-
-    return list(gymnax.registered_envs) + brax.known_ids()
+    suites = [i for suite in registry.SUITES.values() for i in suite.known_ids()]
+    return [*gymnax.registered_envs, *registry.registered_ids(), *brax.known_ids(), *suites]
 
 
 def check_env_id(env_id: str) -> None:
@@ -73,12 +86,25 @@ def check_env_id(env_id: str) -> None:
 
     if env_id in gymnax.registered_envs:  # without importing brax (seconds) for a gymnax id
         return
-    known = known_env_ids()
-    if env_id not in known:
-        hint = ""
-        if env_id.startswith("brax/") and not any(k.startswith("brax/") for k in known):
-            hint = " (brax ids need the optional extra: pip install 'jaxrl_async[brax]')"
-        raise ValueError(f"unknown env id {env_id!r}{hint}; known ids: {', '.join(known)}")
+    if registry.suite_of(env_id) is not None:
+        return registry.check_suite_id(env_id)
+    if env_id.startswith(brax.PREFIX):
+        if not brax.available():
+            raise ValueError(f"{env_id!r} needs the optional extra: pip install "
+                             "'jaxrl_async[brax]'")
+        if env_id in brax.known_ids():
+            return
+    elif registry.is_registered(env_id):
+        return
+    suites = [prefix + "<id>" for prefix in registry.SUITES]  # listed without importing them
+    known = [*gymnax.registered_envs, *registry.registered_ids(), *brax.known_ids(), *suites]
+    raise ValueError(registry.unknown_message(env_id, known))
+
+
+def _gymnax_ids() -> list[str]:
+    import gymnax
+
+    return gymnax.registered_envs
 
 
 @functools.cache
@@ -116,19 +142,25 @@ def make_env(
 
     Wrapper order, inner to outer: flatten, clip action (continuous only), episode statistics,
     observation normalisation (outermost, so its statistics see what the agent sees).
-    ``brax/<name>`` ids take ``episode_length`` and ``backend`` as ``env_kwargs``.
+    ``brax/<name>`` ids take ``episode_length`` and ``backend`` as ``env_kwargs``; a suite id
+    its suite's (docs/envs.md); a registered id passes them to its factory.
     """
     vec: VecEnv
     if is_host_env(env_id):
         raise ValueError(f"{env_id!r} is a host env, stepped by Python threads and not inside a "
                          "JAX program: train it with runner=AsyncConfig(...), or make it with "
                          "jaxrl_async.envs.make_host_env")
-    if env_id.startswith(brax.PREFIX):
+    kwargs = tuple(sorted(env_kwargs.items()))
+    suite = registry.suite_of(env_id)
+    if env_id.startswith(brax.PREFIX) or suite is not None:
         check_env_id(env_id)
-        vec = brax.make(env_id, tuple(sorted(env_kwargs.items())))
+        vec = (suite or brax).make(env_id, kwargs)
+        spec = vec.spec
+    elif env_id not in _gymnax_ids() and registry.is_registered(env_id):
+        vec = registry.make_registered(env_id, kwargs)
         spec = vec.spec
     else:
-        env, params, spec = _gymnax(env_id, tuple(sorted(env_kwargs.items())))
+        env, params, spec = _gymnax(env_id, kwargs)
         vec = GymnaxVecEnv(env, params, spec)
     if flatten_obs and len(spec.obs_shape) > 1:
         vec = FlattenObservation(vec)

@@ -35,6 +35,12 @@ class EnvSpec:
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
     max_episode_steps: int = 0
+    action_mask: bool = False
+    """Whether the last ``num_actions`` entries of the (flat) observation are the legal-action
+    mask (1 legal, 0 illegal), which a masked categorical head reads (Jumanji)."""
+    obs_parts: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """For an observation flattened from a structure: its parts (name, shape) in the order
+    they are concatenated (the action mask last)."""
 
 
 class VecEnv:
@@ -95,3 +101,48 @@ def spec_from_gymnax(env_id: str, env: Any, params: Any) -> EnvSpec:
         action_high=tuple(float(v) for v in high),
         **common,
     )
+
+
+class AutoReset(VecEnv):
+    """A batched, auto-resetting env from one unbatched env that does *not* reset itself.
+
+    ``env`` has ``reset(key) -> (obs, state)`` and ``step(key, state, action) -> (obs, state,
+    reward, terminated, truncated)`` for a single env. Each env's step key is split into a key
+    for the step and a key for the reset that replaces an ended episode (terminated or
+    truncated) by a fresh one; the step's own observation is kept in
+    ``info["final_observation"]``. A step both terminated and truncated counts as terminated.
+    """
+
+    def __init__(self, env: Any, spec: EnvSpec):
+        self.env, self.spec = env, spec
+
+    def reset(self, keys: jax.Array) -> tuple[jax.Array, Any]:
+        return jax.vmap(self.env.reset)(keys)
+
+    def step(self, keys: jax.Array, state: Any, action: jax.Array):
+        step_keys, reset_keys = split_step_keys(keys)
+        obs, stepped, reward, terminated, truncated = jax.vmap(self.env.step)(
+            step_keys, state, action)
+        terminated = terminated.astype(bool)
+        truncated = truncated.astype(bool) & ~terminated
+        ended = terminated | truncated
+        fresh_obs, fresh = jax.vmap(self.env.reset)(reset_keys)
+        pick = lambda new, old: jnp.where(ended.reshape(-1, *[1] * (new.ndim - 1)), new, old)
+        return (pick(fresh_obs, obs), jax.tree.map(pick, fresh, stepped),
+                reward.astype(jnp.float32), terminated, truncated, {"final_observation": obs})
+
+
+def split_step_keys(keys: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``AutoReset``'s (step keys, reset keys) from the step keys ``[B]``."""
+    pairs = jax.vmap(jax.random.split)(keys)
+    return pairs[:, 0], pairs[:, 1]
+
+
+def discrete_spec(env_id: str, env: Any, num_actions: int, max_episode_steps: int = 0,
+                  **fields: Any) -> EnvSpec:
+    """The spec of a discrete-action single env (``AutoReset``'s), its observation read off
+    ``env.reset`` by shape evaluation (nothing compiles)."""
+    obs, _ = jax.eval_shape(env.reset, jax.random.key(0))
+    return EnvSpec(env_id=env_id, obs_shape=tuple(obs.shape), obs_dtype=np.dtype(obs.dtype),
+                   discrete=True, num_actions=int(num_actions),
+                   max_episode_steps=int(max_episode_steps or 0), **fields)

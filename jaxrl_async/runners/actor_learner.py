@@ -252,7 +252,7 @@ def _run(cfg: Any, key: jax.Array, callbacks: Callbacks, state: RunState | None,
     def env_state(pipeline: Pipeline, done: int) -> Any:  # [num_envs, ...] on the host
         exact = cfg.runner.deterministic
         parts = jax.device_get([pipeline.snapshot(store, done, exact) for store in snapshots])
-        return jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
+        return jax.tree.map(_concatenate, *parts)
 
     try:
         return drive(cfg, setup, callbacks, compile_s, actors, env_state)
@@ -323,3 +323,11 @@ def drive(cfg: Any, setup: Setup, callbacks: Callbacks, compile_s: float,
     if done < cfg.num_updates:
         raise TrainingInterrupted(result)
     return result
+
+
+def _concatenate(*xs: Any) -> Any:
+    """Host arrays joined along the env axis; typed PRNG keys (an env state may hold them: Navix,
+    Jumanji) as JAX arrays, which NumPy cannot hold."""
+    if jax.dtypes.issubdtype(xs[0].dtype, jax.dtypes.prng_key):
+        return jnp.concatenate(xs)
+    return np.concatenate(xs)

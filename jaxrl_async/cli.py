@@ -3,6 +3,7 @@ one source of truth for flags and help).
 
     jaxrl-async train --algo ppo --env CartPole-v1 --runner sync --total-timesteps 5e5 --lr 3e-4
     jaxrl-async train --resume runs/ppo_CartPole-v1_sync_20250101-120000
+    jaxrl-async train --config experiments/configs/cartpole_ppo.yaml --lr 1e-3 --track
     jaxrl-async sweep --algo ppo --grid lr=1e-4,3e-4,1e-3 --grid ent_coef=0,0.01 --seeds 4
     jaxrl-async sweep --algo ppo --random lr=log:1e-4:1e-2 --num-samples 16 --seeds 2
     jaxrl-async eval runs/ppo_CartPole-v1_sync_20250101-120000 --episodes 20
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jaxrl_async import cli_options as options
 from jaxrl_async.config import AsyncConfig, SyncConfig, field_docs
 
 
@@ -88,7 +90,9 @@ def _config_parser(prog: str, description: str, algo: str) -> argparse.ArgumentP
 
 def train_parser(algo: str) -> argparse.ArgumentParser:
     parser = _config_parser("jaxrl-async train", f"Train {algo.upper()}.", algo)
-    parser.add_argument("--seed", type=int, default=0, help="PRNG seed (default: 0)")
+    options.add_config_option(parser, "train")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="PRNG seed (default: the --config file's, else 0)")
     parser.add_argument("--run-dir", default=None,
                         help="where to write config, metrics, checkpoints and plots "
                              "(default: runs/<algo>_<env>_<runner>_<time>)")
@@ -101,6 +105,7 @@ def train_parser(algo: str) -> argparse.ArgumentParser:
                              "(0: none; default: 10)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="show a progress bar (default: on)")
+    options.add_tracking_options(parser)
     multi = parser.add_argument_group(
         "multi-process (multi-host) runs: one command per process, see "
         "docs/scaling.md")
@@ -136,15 +141,16 @@ def sweep_parser(algo: str) -> argparse.ArgumentParser:
         "jaxrl-async sweep",
         f"Sweep {algo.upper()}'s sweepable fields in one compile; the other flags set the base "
         "config.", algo)
+    options.add_config_option(parser, "sweep")
     parser.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
                         help="grid values of a sweepable field (repeat for a grid)")
     parser.add_argument("--random", action="append", default=[],
                         metavar="FIELD=log:LO:HI|uniform:LO:HI",
                         help="random search range of a sweepable field (repeat)")
-    parser.add_argument("--num-samples", type=int, default=16,
+    parser.add_argument("--num-samples", type=int, default=None,
                         help="points drawn for --random (default: 16)")
-    parser.add_argument("--seeds", type=int, default=2, help="seeds per point (default: 2)")
-    parser.add_argument("--sample-seed", type=int, default=0,
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per point (default: 2)")
+    parser.add_argument("--sample-seed", type=int, default=None,
                         help="seed of the --random draws (default: 0)")
     parser.add_argument("--devices", type=int, default=None,
                         help="devices to spread the runs over (default: all local devices)")
@@ -152,6 +158,7 @@ def sweep_parser(algo: str) -> argparse.ArgumentParser:
                         help="output directory (default: runs/sweep_<algo>_<env>_<time>)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="show a progress bar (default: on)")
+    options.add_tracking_options(parser)
     return parser
 
 
@@ -221,6 +228,9 @@ def _algo_of(argv: list[str]) -> str:
     pre.add_argument("--algo", default="ppo", choices=sorted(algo_configs()))
     pre.add_argument("--resume", default=None)
     known, _ = pre.parse_known_args(argv)
+    in_file = None if "--algo" in argv else options.config_algo(argv)
+    if in_file is not None:
+        return in_file
     if known.resume is not None and "--algo" not in argv:
         try:
             from jaxrl_async.train import load_config
@@ -247,14 +257,29 @@ def _eval_record(result: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in result.items()}
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    args.algo_given = any(a == "--algo" or a.startswith("--algo=") for a in argv)
+    return args
+
+
 def cmd_train(argv: list[str]) -> int:
-    args = train_parser(_algo_of(argv)).parse_args(argv)
+    args = _parse(train_parser(_algo_of(argv)), argv)
+    tracker = options.tracker(args)  # --track: kept open for the evaluation
+    try:
+        return _train(args, tracker)
+    finally:
+        if tracker is not None:
+            tracker.finish()
+
+
+def _train(args: argparse.Namespace, tracker: Any) -> int:
     from jaxrl_async import sinks
     from jaxrl_async.checkpoint import CheckpointError
     from jaxrl_async.distributed import is_main_process
     from jaxrl_async.evaluate import evaluate
     from jaxrl_async.runners.state import TrainingInterrupted
-    from jaxrl_async.train import default_run_dir, load_config, summary, train
+    from jaxrl_async.train import default_run_dir, summary, train
 
     if wants_distributed(args):  # before anything starts JAX's backend
         if args.resume:
@@ -262,7 +287,7 @@ def cmd_train(argv: list[str]) -> int:
         cpu_devices_for_roles(args)
         join_distributed(args)
     try:
-        base = load_config(args.resume) if args.resume else None
+        base, args.seed = options.train_base(args)
         cpu_devices_for_roles(args, base)
         cfg = config_from_args(args, base)
     except ValueError as e:
@@ -270,7 +295,8 @@ def cmd_train(argv: list[str]) -> int:
     run_dir = Path(args.resume or args.run_dir or default_run_dir(cfg))
     try:
         result = train(cfg, seed=args.seed, run_dir=None if args.resume else run_dir,
-                       resume=args.resume, progress=args.progress)
+                       resume=args.resume, progress=args.progress,
+                       callbacks=[tracker] if tracker is not None else [])
     except TrainingInterrupted as e:
         done = int(e.result.state.update)
         print(f"\ninterrupted after update {done} of {cfg.num_updates}; checkpoint written to "
@@ -291,6 +317,8 @@ def cmd_train(argv: list[str]) -> int:
     if args.eval_episodes > 0:
         evaluation = evaluate(result, cfg, args.eval_episodes, greedy=True, seed=args.seed)
         _print_eval(evaluation)
+        if tracker is not None:
+            tracker.log_evaluation(evaluation)
         if is_main_process():  # only the main process writes
             sinks.write_json(run_dir / "eval.json", _eval_record(evaluation))
     if is_main_process():
@@ -318,7 +346,7 @@ def _parse_range(text: str) -> tuple[str, Any]:
 
 
 def cmd_sweep(argv: list[str]) -> int:
-    args = sweep_parser(_algo_of(argv)).parse_args(argv)
+    args = _parse(sweep_parser(_algo_of(argv)), argv)
     from jaxrl_async import sinks
     from jaxrl_async.config import to_dict
     from jaxrl_async.sweep import check_sweepable, random_search, sweep, use_cpu_cores
@@ -326,7 +354,7 @@ def cmd_sweep(argv: list[str]) -> int:
     use_cpu_cores()
 
     try:
-        cfg = config_from_args(args)
+        cfg = config_from_args(args, options.sweep_base(args))
         if bool(args.grid) == bool(args.random):
             raise ValueError("give either --grid FIELD=V1,V2 ... or --random FIELD=log:LO:HI ...")
         spec: dict[str, Any] = {}
@@ -350,11 +378,10 @@ def cmd_sweep(argv: list[str]) -> int:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out or f"runs/sweep_{cfg.name}_{cfg.env}_{stamp}")
     out.mkdir(parents=True, exist_ok=True)
-    sinks.write_json(out / "config.json", {
-        **to_dict(cfg), "sweep": {"grid" if args.grid else "random": {
-            k: (list(v) if args.grid else {"kind": type(v).__name__, "low": v.low,
-                                           "high": v.high}) for k, v in spec.items()},
-            "seeds": list(result.seeds), "sample_seed": args.sample_seed}})
+    spaces = {"grid" if args.grid else "random": {
+        k: (list(v) if args.grid else {"kind": type(v).__name__, "low": v.low, "high": v.high})
+        for k, v in spec.items()}, "seeds": list(result.seeds), "sample_seed": args.sample_seed}
+    sinks.write_json(out / "config.json", {**to_dict(cfg), "sweep": spaces})
     result.to_csv(out / "results.csv")
     best = result.best()
     sinks.write_json(out / "best.json", {
@@ -373,6 +400,7 @@ def cmd_sweep(argv: list[str]) -> int:
     best_values = ", ".join(f"{k}={best[k]:g}" for k in result.fields)
     print(f"  best: {best_values} (final return {best['final_return']:.1f})")
     print(f"  results: {out / 'results.csv'}, plot: {out / 'sweep.png'}")
+    options.log_sweep(args, out, cfg, spaces, result)
     return 0
 
 

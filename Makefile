@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed
 RUNNER ?= sync
 ARGS ?=
 
-.PHONY: setup train test bench bench-sweep docs lint clean
+.PHONY: setup train test bench bench-sweep bench-tracking docs lint check-install \
+	check-floors clean
 
 setup: $(STAMP)
 
@@ -14,7 +15,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[test,wandb]"
 	touch $(STAMP)
 
 train: $(STAMP)
@@ -32,6 +33,19 @@ bench: $(STAMP)
 
 bench-sweep: $(STAMP)
 	$(PY) experiments/bench_sweep.py
+
+# Training with and without the W&B sink (offline): SPS and the sink's host time.
+bench-tracking: $(STAMP)
+	$(PY) experiments/bench_tracking.py
+
+# The wheel in a fresh venv outside the repository, with its dependencies from the index
+# (make test does the same with this venv's dependencies: tests/test_packaging.py).
+check-install: $(STAMP)
+	$(PY) experiments/install_check.py
+
+# The same with every dependency at its declared floor (pkg>=X installed as X).
+check-floors: $(STAMP)
+	$(PY) experiments/install_check.py --lowest
 
 # docs/cli.md is generated from the CLI's parsers and the configs (tests/test_docs.py checks it).
 docs: $(STAMP)

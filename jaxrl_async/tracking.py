@@ -51,7 +51,7 @@ class WandbSink(Callbacks):
                  name: str | None = None, keep_open: bool = False, **init_kwargs: Any):
         self.project, self.entity, self.name = project, entity, name
         self.keep_open, self.init_kwargs = keep_open, init_kwargs
-        self.run, self.state_path, self.last_update = None, None, 0
+        self.run, self.state_path, self.last_update, self.ended = None, None, 0, False
 
     # ----------------------------------------------------------------- the callbacks
     def on_run(self, cfg: Any, seed: int, run_dir: Path | None) -> None:
@@ -89,6 +89,7 @@ class WandbSink(Callbacks):
         self._save_state()
 
     def on_end(self, result: TrainResult, run_dir: Path | None) -> None:
+        self.ended = True
         if self.run is None or not result.metrics:
             return
         import tempfile
@@ -126,9 +127,11 @@ class WandbSink(Callbacks):
                                                 else wandb.Histogram(value))
 
     def finish(self, exit_code: int | None = None) -> None:
-        """Finish the tracker run (idempotent)."""
+        """Finish the tracker run (idempotent); by default as failed (exit code 1) when the
+        training raised before it ended."""
         if self.run is not None:
-            self.run.finish(exit_code=exit_code)
+            self.run.finish(exit_code=exit_code if exit_code is not None
+                            else 0 if self.ended else 1)
             self.run = None
 
     def _save_state(self) -> None:

@@ -9,6 +9,7 @@ format (a LevelDB-style log of ``Record`` protobufs), not with the sink's own co
 from __future__ import annotations
 
 import _thread
+import csv
 import json
 import math
 import struct
@@ -96,6 +97,8 @@ def tracker_runs(run_dir: Path) -> list[dict]:
                                          if not k.startswith("_") or k == "_step"})
             elif kind == "summary":
                 found["summary"] |= {_key(i) for i in r.summary.update}
+            elif kind == "exit":
+                found["exit_code"] = r.exit.exit_code
         sessions.append(found)
     return sorted(sessions, key=lambda s: s["start"] or 0)
 
@@ -172,6 +175,7 @@ def test_resume_continues_the_tracker_run_without_gaps_or_duplicates(tmp_path, h
     jra.train(resume=run, progress=False, callbacks=[jra.WandbSink(project="tests")])
     sessions = tracker_runs(run)
     assert len(sessions) == 2 and sessions[0]["id"] == sessions[1]["id"]  # the same run
+    assert [s["exit_code"] for s in sessions] == [0 if how == "ctrl-c" else 1, 0]
     steps = [r["_step"] for s in sessions for r in s["history"]]
     assert steps == list(range(1, cfg.num_updates + 1))  # no gap, no duplicate, in order
     history = [r for s in sessions for r in s["history"]]
@@ -214,3 +218,25 @@ def test_without_track_wandb_is_never_imported(tmp_path, monkeypatch):
     assert "wandb" not in sys.modules
     with pytest.raises(ImportError):  # the blocker works
         __import__("wandb")
+
+
+@pytest.mark.timeout(300)
+def test_sweep_track_logs_one_run_with_the_results_table(tmp_path):
+    (tmp_path / "sweep.yaml").write_text(
+        "base: {algo: ppo, env: CartPole-v1, num_envs: 2, num_steps: 8, total_timesteps: 32, "
+        "num_minibatches: 1, update_epochs: 1, hidden_sizes: [8], fast_compile: true}\n"
+        "grid: {lr: [1.0e-3, 3.0e-4]}\nseeds: 1\n")
+    out = tmp_path / "sweep"
+    code = main(["sweep", "--config", str(tmp_path / "sweep.yaml"), "--track",
+                 "--wandb-project", "tests", "--out", str(out), "--no-progress"])
+    assert code == 0
+    [session] = tracker_runs(out)
+    [row] = session["history"]
+    table_file = next(out.glob(f"wandb/offline-run-*/files/{row['results/path']}"))
+    table = json.loads(table_file.read_text())
+    with (out / "results.csv").open() as f:
+        written = list(csv.reader(f))
+    assert table["columns"] == written[0]
+    assert [[str(v) for v in r] for r in table["data"]] == written[1:]
+    assert session["config"]["sweep"]["grid"] == {"lr": [1e-3, 3e-4]}
+    assert {"best/lr", "best/final_return", "sweep_plot"} <= session["summary"]

@@ -3,14 +3,17 @@ sweep table ``jaxrl-async sweep --track`` logs.
 
 ``wandb`` is an optional extra (``pip install "jaxrl_async[wandb]"``), imported only when a
 tracker run starts. Like every sink, ``WandbSink`` gets metrics a chunk of ``log_every`` updates
-at a time, on the host, after the device loop handed them over; ``wandb.log`` queues each row to
-wandb's own service process and returns.
+at a time, on the host, after the device loop handed them over; it puts them in a queue and
+returns, and a writer thread of its own calls ``wandb.log`` (a few ms a row), which sends each
+row to wandb's service process.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +55,9 @@ class WandbSink(Callbacks):
         self.project, self.entity, self.name = project, entity, name
         self.keep_open, self.init_kwargs = keep_open, init_kwargs
         self.run, self.state_path, self.last_update, self.ended = None, None, 0, False
+        self.queue: queue.Queue = queue.Queue()
+        self.worker: threading.Thread | None = None
+        self.error: Exception | None = None
 
     # ----------------------------------------------------------------- the callbacks
     def on_run(self, cfg: Any, seed: int, run_dir: Path | None) -> None:
@@ -75,23 +81,51 @@ class WandbSink(Callbacks):
         self._save_state()
 
     def on_metrics(self, first_update: int, rows: dict[str, np.ndarray]) -> None:
+        """Hand the rows to the writer thread and return (the host loop never waits for
+        wandb)."""
         if self.run is None:
             return
+        if self.worker is None:
+            self.worker = threading.Thread(target=self._write_loop, name="wandb-sink-writer",
+                                           daemon=True)
+            self.worker.start()
+        self.queue.put((first_update, {k: np.array(v) for k, v in rows.items()}))
+
+    def _write_loop(self) -> None:
+        while (item := self.queue.get()) is not None:
+            if self.error is None:
+                try:
+                    self._write(*item)
+                except Exception as e:  # noqa: BLE001 - raised in the caller's thread (flush)
+                    self.error = e
+
+    def _write(self, first_update: int, rows: dict[str, np.ndarray]) -> None:
         n = len(next(iter(rows.values())))
         for i in range(n):
             update = first_update + i + 1
             if update <= self.last_update:  # logged before a crash, past the checkpoint
                 continue
             record = {"update": update}
-            record.update({k: np.asarray(v[i]).item() for k, v in rows.items()})
+            record.update({k: v[i].item() for k, v in rows.items()})
             self.run.log(record, step=update)
             self.last_update = update
         self._save_state()
+
+    def flush(self) -> None:
+        """Wait until every row handed over is logged (raises what the writer raised)."""
+        if self.worker is not None:
+            self.queue.put(None)
+            self.worker.join()
+            self.worker = None
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
 
     def on_end(self, result: TrainResult, run_dir: Path | None) -> None:
         self.ended = True
         if self.run is None or not result.metrics:
             return
+        self.flush()
         import tempfile
 
         from jaxrl_async import sinks
@@ -130,9 +164,12 @@ class WandbSink(Callbacks):
         """Finish the tracker run (idempotent); by default as failed (exit code 1) when the
         training raised before it ended."""
         if self.run is not None:
-            self.run.finish(exit_code=exit_code if exit_code is not None
-                            else 0 if self.ended else 1)
-            self.run = None
+            try:
+                self.flush()
+            finally:
+                self.run.finish(exit_code=exit_code if exit_code is not None
+                                else 0 if self.ended else 1)
+                self.run = None
 
     def _save_state(self) -> None:
         if self.state_path is None or self.run is None:

@@ -31,19 +31,25 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "README.md", "jaxrl_async")
 
 SMOKE = """
-import importlib.metadata, json, sys
+import importlib.metadata, importlib.util, json, os, sys
 from pathlib import Path
 import jaxrl_async as jra
 where = Path(jra.__file__).resolve()
-cfg = jra.PPOConfig(env="CartPole-v1", num_envs=2, num_steps=8, total_timesteps=16,
-                    num_minibatches=1, update_epochs=1, hidden_sizes=(8,), fast_compile=True)
-out = jra.train(cfg, seed=0, progress=False)
+Path("run.yaml").write_text("algo: ppo\\nenv: CartPole-v1\\nnum_envs: 2\\nnum_steps: 8\\n"
+                            "total_timesteps: 16\\nnum_minibatches: 1\\nupdate_epochs: 1\\n"
+                            "hidden_sizes: [8]\\nfast_compile: true\\ntensorboard: true\\n")
+cfg = jra.load_config("run.yaml")  # pyyaml
+tracked = importlib.util.find_spec("wandb") is not None  # the [wandb] extra, if installed
+os.environ.setdefault("WANDB_MODE", "offline")
+out = jra.train(cfg, seed=0, progress=False, run_dir="run",  # orbax, matplotlib, tensorboardX
+                callbacks=[jra.WandbSink(project="smoke")] if tracked else [])
 print(json.dumps({"file": str(where), "version": jra.__version__,
                   "metadata_version": importlib.metadata.version("jaxrl_async"),
                   "py_typed": (where.parent / "py.typed").exists(),
-                  "updates": int(out.state.update), "prefix": sys.prefix}))
+                  "updates": int(out.state.update), "prefix": sys.prefix,
+                  "checkpoint": (Path("run") / "checkpoints" / "1").exists(),
+                  "wandb": tracked and (Path("run") / "wandb.json").exists()}))
 """
-
 
 def clean_env() -> dict[str, str]:
     """This environment without PYTHONPATH: the subprocesses see the installed package only."""

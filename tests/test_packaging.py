@@ -23,7 +23,8 @@ def test_the_wheel_installs_and_trains_outside_the_repository(installed_package,
     result = install_check.smoke(python, tmp_path)
     venv = python.parent.parent
     assert Path(result["file"]).is_relative_to(venv), result  # not the source tree
-    assert result["updates"] == 1 and result["help_has_config"]
+    assert result["updates"] == 1 and result["help_has_config"] and result["checkpoint"]
+    assert result["wandb"]  # make test installs the [wandb] extra: WandbSink ran offline
     assert result["version"] == result["metadata_version"] == jaxrl_async.__version__
     assert result["py_typed"]
 

@@ -9,12 +9,9 @@ format (a LevelDB-style log of ``Record`` protobufs), not with the sink's own co
 from __future__ import annotations
 
 import _thread
-import csv
 import json
 import math
-import struct
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +20,7 @@ import jaxrl_async as jra
 from jaxrl_async import checkpoint
 from jaxrl_async.cli import main
 from jaxrl_async.runners.state import Callbacks
+from tests.wandb_offline import tracker_runs
 
 pytest.importorskip("wandb")
 
@@ -39,72 +37,6 @@ def offline(monkeypatch, tmp_path):
     monkeypatch.setenv("WANDB_CONSOLE", "off")
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb_config"))
     monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb_cache"))
-
-
-# --------------------------------------------------------------------------- offline reader
-def records(path: Path) -> list:
-    """The ``Record`` protobufs of a ``.wandb`` file: a 7-byte header, then 32 KiB blocks of
-    chunks (crc32 u32, length u16, type u8: 1 full, 2 first, 3 middle, 4 last)."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data, pos, block, pending, out = path.read_bytes(), 7, 32768, b"", []
-    assert data[:4] == b":W&B"
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:  # the block's zero-filled tail
-            pos += left
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        if length == 0 and kind == 0:
-            pos += left
-            continue
-        pending += data[pos + 7:pos + 7 + length]
-        pos += 7 + length
-        if kind in (1, 4):
-            record = pb.Record()
-            record.ParseFromString(pending)
-            out.append(record)
-            pending = b""
-    return out
-
-
-def finished_records(path: Path, wait_s: float = 60.0) -> list:
-    """``records(path)`` once the file ends with the run's exit record (wandb's service
-    process may still be writing it when ``finish()`` has returned)."""
-    deadline = time.time() + wait_s
-    while True:
-        found = records(path)
-        if (found and found[-1].WhichOneof("record_type") == "exit") or time.time() > deadline:
-            return found
-        time.sleep(0.2)
-
-
-def tracker_runs(run_dir: Path) -> list[dict]:
-    """Each offline tracker session under ``run_dir/wandb`` (oldest first): its run id, config,
-    history rows (without wandb's own ``_`` keys, with ``_step``) and summary keys."""
-    sessions = []
-    for path in run_dir.glob("wandb/offline-run-*/run-*.wandb"):
-        found = {"id": None, "config": {}, "history": [], "summary": set(), "start": None}
-        for r in finished_records(path):
-            kind = r.WhichOneof("record_type")
-            if kind == "run":
-                found["id"] = r.run.run_id
-                found["config"] = {_key(i): json.loads(i.value_json) for i in r.run.config.update}
-            elif kind == "history":
-                row = {_key(i): json.loads(i.value_json) for i in r.history.item}
-                found["start"] = found["start"] or row.get("_timestamp")
-                found["history"].append({k: v for k, v in row.items()
-                                         if not k.startswith("_") or k == "_step"})
-            elif kind == "summary":
-                found["summary"] |= {_key(i) for i in r.summary.update}
-            elif kind == "exit":
-                found["exit_code"] = r.exit.exit_code
-        sessions.append(found)
-    return sorted(sessions, key=lambda s: s["start"] or 0)
-
-
-def _key(item) -> str:
-    return item.key or "/".join(item.nested_key)
 
 
 def jsonl_rows(run_dir: Path) -> list[dict]:
@@ -219,24 +151,3 @@ def test_without_track_wandb_is_never_imported(tmp_path, monkeypatch):
     with pytest.raises(ImportError):  # the blocker works
         __import__("wandb")
 
-
-@pytest.mark.timeout(300)
-def test_sweep_track_logs_one_run_with_the_results_table(tmp_path):
-    (tmp_path / "sweep.yaml").write_text(
-        "base: {algo: ppo, env: CartPole-v1, num_envs: 2, num_steps: 8, total_timesteps: 32, "
-        "num_minibatches: 1, update_epochs: 1, hidden_sizes: [8], fast_compile: true}\n"
-        "grid: {lr: [1.0e-3, 3.0e-4]}\nseeds: 1\n")
-    out = tmp_path / "sweep"
-    code = main(["sweep", "--config", str(tmp_path / "sweep.yaml"), "--track",
-                 "--wandb-project", "tests", "--out", str(out), "--no-progress"])
-    assert code == 0
-    [session] = tracker_runs(out)
-    [row] = session["history"]
-    table_file = next(out.glob(f"wandb/offline-run-*/files/{row['results/path']}"))
-    table = json.loads(table_file.read_text())
-    with (out / "results.csv").open() as f:
-        written = list(csv.reader(f))
-    assert table["columns"] == written[0]
-    assert [[str(v) for v in r] for r in table["data"]] == written[1:]
-    assert session["config"]["sweep"]["grid"] == {"lr": [1e-3, 3e-4]}
-    assert {"best/lr", "best/final_return", "sweep_plot"} <= session["summary"]

@@ -8,7 +8,7 @@ RUNNER ?= sync
 ARGS ?=
 
 .PHONY: setup train test test-suites bench bench-atari bench-sweep bench-host-envs bench-scaling \
-	bench-scaling-full accelerator-check docs lint clean
+	bench-scaling-full bench-tracking accelerator-check docs lint check-install check-floors clean
 
 setup: $(STAMP)
 
@@ -16,7 +16,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,envpool,suites]"
+	$(PY) -m pip install --quiet -e ".[test,wandb,envpool,suites]"
 	touch $(STAMP)
 
 train: $(STAMP)
@@ -63,6 +63,19 @@ bench-scaling-full: $(STAMP)
 # On a machine with an NVIDIA GPU: fresh venv with CUDA jax, benchmarks, one JSON line.
 accelerator-check:
 	bash experiments/accelerator_check.sh
+
+# Training with and without the W&B sink (offline): SPS and the sink's host time.
+bench-tracking: $(STAMP)
+	$(PY) experiments/bench_tracking.py
+
+# The wheel in a fresh venv outside the repository, with its dependencies from the index
+# (make test does the same with this venv's dependencies: tests/test_packaging.py).
+check-install: $(STAMP)
+	$(PY) experiments/install_check.py
+
+# The same with every dependency at its declared floor (pkg>=X installed as X).
+check-floors: $(STAMP)
+	$(PY) experiments/install_check.py --lowest
 
 # docs/cli.md is generated from the CLI's parsers and the configs (tests/test_docs.py checks it).
 docs: $(STAMP)

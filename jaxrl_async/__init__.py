@@ -1,5 +1,7 @@
 """jaxrl_async: fast, vectorized, asynchronous reinforcement learning in JAX."""
 
+__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
+
 from jaxrl_async import distributed
 from jaxrl_async.algos.dqn import DQNConfig
 from jaxrl_async.algos.impala import ImpalaConfig
@@ -20,6 +22,7 @@ from jaxrl_async.sweep import (
     sweep,
     use_cpu_cores,
 )
+from jaxrl_async.tracking import WandbSink
 from jaxrl_async.train import load_config, make_train, train
 
 __all__ = [
@@ -51,4 +54,6 @@ __all__ = [
     "TrainingInterrupted",
     "RunState",
     "TrainResult",
+    "WandbSink",
+    "__version__",
 ]

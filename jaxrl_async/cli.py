@@ -3,6 +3,7 @@ one source of truth for flags and help).
 
     jaxrl-async train --algo ppo --env CartPole-v1 --runner sync --total-timesteps 5e5 --lr 3e-4
     jaxrl-async train --resume runs/ppo_CartPole-v1_sync_20250101-120000
+    jaxrl-async train --config experiments/configs/cartpole_ppo.yaml --lr 1e-3 --track
     jaxrl-async sweep --algo ppo --grid lr=1e-4,3e-4,1e-3 --grid ent_coef=0,0.01 --seeds 4
     jaxrl-async sweep --algo ppo --random lr=log:1e-4:1e-2 --num-samples 16 --seeds 2
     jaxrl-async eval runs/ppo_CartPole-v1_sync_20250101-120000 --episodes 20
@@ -19,108 +20,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jaxrl_async.config import AsyncConfig, SyncConfig, field_docs
-
-
-def runner_configs() -> dict[str, type]:
-    """``--runner`` choices."""
-    return {"sync": SyncConfig, "async": AsyncConfig}
-
-
-def algo_configs() -> dict[str, type]:
-    """``--algo`` choices."""
-    from jaxrl_async.algos import REGISTRY
-
-    return {name: entry[0] for name, entry in REGISTRY.items()}
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _number(kind: type):
-    """Parse ints given as ``1e6`` as well as ``1000000``."""
-
-    def parse(text: str):
-        if kind is int:
-            value = float(text)
-            if not value.is_integer():
-                raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
-            return int(value)
-        return kind(text)
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
-def add_fields(group: Any, cls: type, skip: tuple[str, ...] = ()) -> None:
-    """One flag per dataclass field of ``cls``, help from its docstring, default shown."""
-    docs = field_docs(cls)
-    for f in dataclasses.fields(cls):
-        if f.name in skip or dataclasses.is_dataclass(f.default):
-            continue
-        default = f.default
-        kind = "sweepable" if f.metadata.get("kind") == "hyper" else "static"
-        text = f"{docs.get(f.name, '')} [{kind}] (default: {default!r})".replace("%", "%%")
-        kw: dict[str, Any] = {"help": text, "default": argparse.SUPPRESS, "dest": f.name}
-        if isinstance(default, bool):
-            group.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, **kw)
-        elif isinstance(default, tuple):
-            group.add_argument(_flag(f.name), nargs="+", type=_number(int), **kw)
-        elif isinstance(default, (int, float)):
-            group.add_argument(_flag(f.name), type=_number(type(default)), **kw)
-        else:
-            group.add_argument(_flag(f.name), type=str, **kw)
-
-
-def _config_parser(prog: str, description: str, algo: str) -> argparse.ArgumentParser:
-    """A parser with ``--algo``, ``--runner`` and one flag per config field."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--algo", choices=sorted(algo_configs()), default=algo,
-                        help=f"algorithm (default: {algo!r})")
-    parser.add_argument("--runner", choices=sorted(runner_configs()), default=argparse.SUPPRESS,
-                        help="runner (default: 'sync')")
-    add_fields(parser.add_argument_group(f"{algo} options"), algo_configs()[algo], ("runner",))
-    for name, cls in runner_configs().items():
-        add_fields(parser.add_argument_group(f"--runner {name} options"), cls)
-    return parser
-
-
-def train_parser(algo: str) -> argparse.ArgumentParser:
-    parser = _config_parser("jaxrl-async train", f"Train {algo.upper()}.", algo)
-    parser.add_argument("--seed", type=int, default=0, help="PRNG seed (default: 0)")
-    parser.add_argument("--run-dir", default=None,
-                        help="where to write config, metrics, checkpoints and plots "
-                             "(default: runs/<algo>_<env>_<runner>_<time>)")
-    parser.add_argument("--resume", default=None, metavar="RUN_DIR",
-                        help="continue the run in RUN_DIR from its newest checkpoint (its "
-                             "config; only --checkpoint-every, --keep-checkpoints and "
-                             "--tensorboard may be changed, and --total-timesteps: see "
-                             "--extend)")
-    parser.add_argument("--extend", action="store_true",
-                        help="with --resume and another --total-timesteps: re-plan the "
-                             "schedules over the budget (lr annealing, epsilon decay) for the "
-                             "new one (docs/checkpoints.md)")
-    parser.add_argument("--eval-episodes", type=int, default=10,
-                        help="greedy evaluation episodes on fresh envs after training "
-                             "(0: none; default: 10)")
-    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
-                        help="show a progress bar (default: on)")
-    multi = parser.add_argument_group(
-        "multi-process (multi-host) runs: one command per process, see "
-        "docs/scaling.md")
-    multi.add_argument("--distributed", action="store_true",
-                       help="join a multi-process run (jax.distributed) before anything else; "
-                            "missing values come from JAX_COORDINATOR_ADDRESS, "
-                            "JAX_NUM_PROCESSES, JAX_PROCESS_ID, or SLURM/Open MPI detection")
-    multi.add_argument("--coordinator-address", default=None, metavar="HOST:PORT",
-                       help="process 0's address (implies --distributed)")
-    multi.add_argument("--num-processes", type=int, default=None,
-                       help="processes in the run (implies --distributed)")
-    multi.add_argument("--process-id", type=int, default=None,
-                       help="this process's index, 0 writes the run directory "
-                            "(implies --distributed)")
-    return parser
+from jaxrl_async import cli_options as options
+from jaxrl_async.cli_parsers import (  # noqa: F401 - the parsers, importable from here as before
+    _flag,
+    _number,
+    add_fields,
+    algo_configs,
+    eval_parser,
+    runner_configs,
+    sweep_parser,
+    train_parser,
+)
+from jaxrl_async.config import AsyncConfig
 
 
 def wants_distributed(args: argparse.Namespace) -> bool:
@@ -134,47 +45,6 @@ def join_distributed(args: argparse.Namespace) -> None:
     from jaxrl_async import distributed
 
     distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
-
-
-def sweep_parser(algo: str) -> argparse.ArgumentParser:
-    parser = _config_parser(
-        "jaxrl-async sweep",
-        f"Sweep {algo.upper()}'s sweepable fields in one compile; the other flags set the base "
-        "config.", algo)
-    parser.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
-                        help="grid values of a sweepable field (repeat for a grid)")
-    parser.add_argument("--random", action="append", default=[],
-                        metavar="FIELD=log:LO:HI|uniform:LO:HI",
-                        help="random search range of a sweepable field (repeat)")
-    parser.add_argument("--num-samples", type=int, default=16,
-                        help="points drawn for --random (default: 16)")
-    parser.add_argument("--seeds", type=int, default=2, help="seeds per point (default: 2)")
-    parser.add_argument("--sample-seed", type=int, default=0,
-                        help="seed of the --random draws (default: 0)")
-    parser.add_argument("--devices", type=int, default=None,
-                        help="devices to spread the runs over (default: all local devices)")
-    parser.add_argument("--out", default=None,
-                        help="output directory (default: runs/sweep_<algo>_<env>_<time>)")
-    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
-                        help="show a progress bar (default: on)")
-    return parser
-
-
-def eval_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="jaxrl-async eval",
-        description="Evaluate a run directory's newest checkpoint on fresh envs (appends a "
-                    "line to RUN_DIR/evals.jsonl).")
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (from train)")
-    parser.add_argument("--episodes", type=int, default=10, help="episodes (default: 10)")
-    parser.add_argument("--stochastic", action="store_true",
-                        help="sample actions instead of taking the policy's mode")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the fresh envs")
-    parser.add_argument("--step", type=int, default=None,
-                        help="checkpoint (update number) to load (default: the newest)")
-    parser.add_argument("--gif", default=None, metavar="PATH",
-                        help="also render one episode to PATH (envs gymnax can draw)")
-    return parser
 
 
 def config_from_args(args: argparse.Namespace, base: Any = None) -> Any:
@@ -227,6 +97,9 @@ def _algo_of(argv: list[str]) -> str:
     pre.add_argument("--algo", default="ppo", choices=sorted(algo_configs()))
     pre.add_argument("--resume", default=None)
     known, _ = pre.parse_known_args(argv)
+    in_file = None if "--algo" in argv else options.config_algo(argv)
+    if in_file is not None:
+        return in_file
     if known.resume is not None and "--algo" not in argv:
         try:
             from jaxrl_async.train import load_config
@@ -253,14 +126,29 @@ def _eval_record(result: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in result.items()}
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    args.algo_given = any(a == "--algo" or a.startswith("--algo=") for a in argv)
+    return args
+
+
 def cmd_train(argv: list[str]) -> int:
-    args = train_parser(_algo_of(argv)).parse_args(argv)
+    args = _parse(train_parser(_algo_of(argv)), argv)
+    tracker = options.tracker(args)  # --track: kept open for the evaluation
+    try:
+        return _train(args, tracker)
+    finally:
+        if tracker is not None:
+            tracker.finish()
+
+
+def _train(args: argparse.Namespace, tracker: Any) -> int:
     from jaxrl_async import sinks
     from jaxrl_async.checkpoint import CheckpointError
     from jaxrl_async.distributed import is_main_process
     from jaxrl_async.evaluate import evaluate
     from jaxrl_async.runners.state import TrainingInterrupted
-    from jaxrl_async.train import default_run_dir, load_config, no_episode_note, summary, train
+    from jaxrl_async.train import default_run_dir, no_episode_note, summary, train
 
     if args.extend and not args.resume:
         return _fail("--extend continues a run: it needs --resume RUN_DIR")
@@ -270,7 +158,7 @@ def cmd_train(argv: list[str]) -> int:
         cpu_devices_for_roles(args)
         join_distributed(args)
     try:
-        base = load_config(args.resume) if args.resume else None
+        base, args.seed = options.train_base(args)
         cpu_devices_for_roles(args, base)
         cfg = config_from_args(args, base)
     except ValueError as e:
@@ -278,7 +166,8 @@ def cmd_train(argv: list[str]) -> int:
     run_dir = Path(args.resume or args.run_dir or default_run_dir(cfg))
     try:
         result = train(cfg, seed=args.seed, run_dir=None if args.resume else run_dir,
-                       resume=args.resume, extend=args.extend, progress=args.progress)
+                       resume=args.resume, extend=args.extend, progress=args.progress,
+                       callbacks=[tracker] if tracker is not None else [])
     except TrainingInterrupted as e:
         done = int(e.result.state.update)
         print(f"\ninterrupted after update {done} of {cfg.num_updates}; checkpoint written to "
@@ -301,6 +190,8 @@ def cmd_train(argv: list[str]) -> int:
     if args.eval_episodes > 0:
         evaluation = evaluate(result, cfg, args.eval_episodes, greedy=True, seed=args.seed)
         _print_eval(evaluation)
+        if tracker is not None:
+            tracker.log_evaluation(evaluation)
         if is_main_process():  # only the main process writes
             sinks.write_json(run_dir / "eval.json", _eval_record(evaluation))
     if is_main_process():
@@ -328,7 +219,7 @@ def _parse_range(text: str) -> tuple[str, Any]:
 
 
 def cmd_sweep(argv: list[str]) -> int:
-    args = sweep_parser(_algo_of(argv)).parse_args(argv)
+    args = _parse(sweep_parser(_algo_of(argv)), argv)
     from jaxrl_async import sinks
     from jaxrl_async.config import to_dict
     from jaxrl_async.sweep import check_sweepable, random_search, sweep, use_cpu_cores
@@ -337,7 +228,7 @@ def cmd_sweep(argv: list[str]) -> int:
     use_cpu_cores()
 
     try:
-        cfg = config_from_args(args)
+        cfg = config_from_args(args, options.sweep_base(args))
         if bool(args.grid) == bool(args.random):
             raise ValueError("give either --grid FIELD=V1,V2 ... or --random FIELD=log:LO:HI ...")
         spec: dict[str, Any] = {}
@@ -361,11 +252,10 @@ def cmd_sweep(argv: list[str]) -> int:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out or f"runs/sweep_{cfg.name}_{cfg.env}_{stamp}")
     out.mkdir(parents=True, exist_ok=True)
-    sinks.write_json(out / "config.json", {
-        **to_dict(cfg), "sweep": {"grid" if args.grid else "random": {
-            k: (list(v) if args.grid else {"kind": type(v).__name__, "low": v.low,
-                                           "high": v.high}) for k, v in spec.items()},
-            "seeds": list(result.seeds), "sample_seed": args.sample_seed}})
+    spaces = {"grid" if args.grid else "random": {
+        k: (list(v) if args.grid else {"kind": type(v).__name__, "low": v.low, "high": v.high})
+        for k, v in spec.items()}, "seeds": list(result.seeds), "sample_seed": args.sample_seed}
+    sinks.write_json(out / "config.json", {**to_dict(cfg), "sweep": spaces})
     result.to_csv(out / "results.csv")
     rows = sorted(result.summary(), key=lambda r: -_finite(r["final_return"]))
     best = result.best() if rows[0]["final_return"] == rows[0]["final_return"] else None
@@ -390,6 +280,7 @@ def cmd_sweep(argv: list[str]) -> int:
         best_values = ", ".join(f"{k}={best[k]:g}" for k in result.fields)
         print(f"  best: {best_values} (final return {best['final_return']:.1f})")
     print(f"  results: {out / 'results.csv'}, plot: {out / 'sweep.png'}")
+    options.log_sweep(args, out, cfg, spaces, result)
     return 0
 
 

@@ -204,6 +204,10 @@ class Fanout(Callbacks):
     def __init__(self, sinks: list[Callbacks]):
         self.sinks = sinks
 
+    def on_run(self, cfg: Any, seed: int, run_dir: Path | None) -> None:
+        for sink in self.sinks:
+            sink.on_run(cfg, seed, run_dir)
+
     def on_start(self, first_update: int) -> None:
         for sink in self.sinks:
             sink.on_start(first_update)
@@ -215,6 +219,10 @@ class Fanout(Callbacks):
     def on_state(self, state, final: bool, update: int | None = None) -> None:
         for sink in self.sinks:
             sink.on_state(state, final, update)
+
+    def on_end(self, result, run_dir: Path | None) -> None:
+        for sink in self.sinks:
+            sink.on_end(result, run_dir)
 
     def close(self) -> None:
         """Close every sink (in order), even when one fails; re-raise the first failure."""

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxrl_async import checkpoint, runners, sinks
+from jaxrl_async import checkpoint, config_files, runners, sinks
 from jaxrl_async.algos import from_dict
 from jaxrl_async.checkpoint import CheckpointError
 from jaxrl_async.config import to_dict
@@ -67,7 +67,10 @@ def default_run_dir(cfg: Any, root: str = "runs") -> Path:
 
 
 def load_config(run_dir: str | Path) -> Any:
-    """The config a run directory was trained with (from its ``config.json``)."""
+    """The config a run directory was trained with (from its ``config.json``), or the one a
+    YAML or JSON config file describes (``config_files``; a run's ``config.json`` is one)."""
+    if not Path(run_dir).is_dir() and Path(run_dir).suffix in config_files.SUFFIXES:
+        return config_files.load_config_file(run_dir)[0]
     path = Path(run_dir) / "config.json"
     try:
         data = json.loads(path.read_text())
@@ -163,17 +166,20 @@ def train(
 
     interrupted = None
     try:
-        result = runners.run(cfg, jax.random.key(seed), fanout, state=state)
-    except TrainingInterrupted as e:
-        interrupted, result = e, e.result
+        fanout.on_run(cfg, seed, run_dir)
+        try:
+            result = runners.run(cfg, jax.random.key(seed), fanout, state=state)
+        except TrainingInterrupted as e:
+            interrupted, result = e, e.result
+        result = result._replace(metrics=_concat(earlier, result.metrics))
+        if run_dir is not None and result.metrics:
+            sinks.plot_learning_curve(result.metrics, run_dir / "learning_curve.png",
+                                      f"{cfg.name.upper()} on {cfg.env}")
+            sinks.write_json(run_dir / "summary.json",
+                             {**summary(cfg, result), "interrupted": interrupted is not None})
+        fanout.on_end(result, run_dir)
     finally:
-        fanout.close()  # waits for checkpoint writes, also when interrupted
-    result = result._replace(metrics=_concat(earlier, result.metrics))
-    if run_dir is not None and result.metrics:
-        sinks.plot_learning_curve(result.metrics, run_dir / "learning_curve.png",
-                                  f"{cfg.name.upper()} on {cfg.env}")
-        sinks.write_json(run_dir / "summary.json",
-                         {**summary(cfg, result), "interrupted": interrupted is not None})
+        fanout.close()  # waits for checkpoint writes, also when interrupted or failed
     if interrupted is not None:
         raise TrainingInterrupted(result) from None
     return result

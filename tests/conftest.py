@@ -73,3 +73,22 @@ def compile_once(module, name: str, key):
     patch.setattr(module, name, cached)
     yield
     patch.undo()
+
+
+# --------------------------------------------------------------------------- the installed package
+@pytest.fixture(scope="session")
+def installed_package(tmp_path_factory):
+    """The package built (sdist, then the wheel from it) and installed into a fresh venv outside
+    the repository; the venv sees this environment's dependencies (experiments/install_check.py
+    --share-deps). Returns ``(python, sdist, wheel)``."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "install_check.py"
+    spec = importlib.util.spec_from_file_location("install_check", path)
+    install_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(install_check)
+    root = tmp_path_factory.mktemp("installed")
+    sdist, wheel = install_check.build(root)
+    python = install_check.make_venv(root / "venv", wheel, "share-deps")
+    return python, sdist, wheel, install_check

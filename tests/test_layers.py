@@ -17,11 +17,12 @@ LAYERS = [
     ["jaxrl_async.algos"],
     ["jaxrl_async.rollout"],
     ["jaxrl_async.runners"],
-    ["jaxrl_async.evaluate", "jaxrl_async.checkpoint", "jaxrl_async.sinks"],
+    ["jaxrl_async.evaluate", "jaxrl_async.checkpoint", "jaxrl_async.sinks",
+     "jaxrl_async.config_files", "jaxrl_async.tracking"],
     ["jaxrl_async.train"],
     ["jaxrl_async.sweep_result"],
     ["jaxrl_async.sweep"],
-    ["jaxrl_async.cli"],
+    ["jaxrl_async.cli", "jaxrl_async.cli_parsers", "jaxrl_async.cli_options"],
 ]
 
 

@@ -163,3 +163,35 @@ def test_sweep_command_line(swept, tmp_path, capsys):
     assert (out / "sweep.png").stat().st_size > 1000
     assert main(["sweep", "--grid", "num_envs=4,8", "--no-progress"]) == 2
     assert "PPOConfig.num_envs is static" in capsys.readouterr().err
+
+
+def test_sweep_from_a_file_with_tracking_logs_one_run_with_the_results_table(
+        swept, tmp_path, monkeypatch):
+    """``sweep --config FILE --track``: the fixture's sweep (cached: not compiled again) from a
+    sweep file, logged offline as one tracker run whose table is results.csv."""
+    pytest.importorskip("wandb")
+    from tests.wandb_offline import tracker_runs
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    (tmp_path / "sweep.yaml").write_text(
+        "base: {algo: ppo, total_timesteps: 320, num_envs: 4, num_steps: 16, "
+        "num_minibatches: 2, update_epochs: 2, log_every: 2}\n"
+        "grid: {lr: [1.0e-3, 3.0e-4, 1.0e-4], ent_coef: [0, 0.05]}\nseeds: 3\n")
+    out = tmp_path / "sweep"
+    with count_compiles() as compiled:
+        code = main(["sweep", "--config", str(tmp_path / "sweep.yaml"), "--track",
+                     "--wandb-project", "tests", "--out", str(out)])
+    assert code == 0 and compiled == []
+    [session] = tracker_runs(out)
+    [row] = session["history"]
+    table = json.loads(next(out.glob(f"wandb/offline-run-*/files/{row['results/path']}"))
+                       .read_text())
+    with (out / "results.csv").open() as f:
+        written = list(csv.reader(f))
+    assert table["columns"] == written[0] and len(written) == 19
+    assert [[str(v) for v in r] for r in table["data"]] == written[1:]
+    assert session["config"]["sweep"]["grid"] == {"lr": [1e-3, 3e-4, 1e-4],
+                                                   "ent_coef": [0.0, 0.05]}
+    assert {"best/lr", "best/ent_coef", "best/final_return", "sweep_plot"} <= \
+        session["summary"]

@@ -47,6 +47,10 @@ class TrainResult(NamedTuple):
 class Callbacks:
     """What a host-level runner reports, at its edge (sinks and progress subclass this)."""
 
+    def on_run(self, cfg: Any, seed: int, run_dir: Any) -> None:
+        """Before anything compiles (``jra.train`` only): the run's config, seed and run
+        directory (``None`` without one; a resumed run's own directory)."""
+
     def on_start(self, first_update: int) -> None:
         """Compilation is done; training starts at update ``first_update``."""
 
@@ -58,6 +62,11 @@ class Callbacks:
         ``state.update``, which waits for the chunk). ``final`` after the last chunk, or the
         last one before a Ctrl-C stop. Runners may donate ``state``'s buffers to the next
         chunk: copy what you keep before returning."""
+
+    def on_end(self, result: TrainResult, run_dir: Any) -> None:
+        """After the run, also one stopped by Ctrl-C (``jra.train`` only): the result with every
+        update's metrics (a resumed run's earlier ones too); the run directory's files (learning
+        curve, summary) are written. ``close()``, where a sink has one, comes after."""
 
 
 class TrainingInterrupted(KeyboardInterrupt):

@@ -1,0 +1,110 @@
+"""The command line's options for settings files (``--config``) and experiment tracking
+(``--track``): their flags, and what they turn into for ``cli.cmd_train`` and ``cli.cmd_sweep``.
+Nothing here imports wandb: ``tracking`` does, when a tracker run starts."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_config_option(parser: argparse.ArgumentParser, command: str) -> None:
+    what = ("a run file: 'algo' and any config field, 'runner', 'seed' (a run directory's "
+            "config.json is one)" if command == "train" else
+            "a sweep file: 'base' (a run file's mapping or path), 'grid' or 'random', 'seeds', "
+            "'num_samples', 'sample_seed'")
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help=f"settings from a YAML or JSON file, {what}; flags given with it "
+                             "override its values (docs/config_files.md)")
+
+
+def add_tracking_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("experiment tracking (pip install 'jaxrl_async[wandb]')")
+    group.add_argument("--track", action="store_true",
+                       help="log to Weights & Biases (WANDB_MODE=offline: to <dir>/wandb, "
+                            "no network)")
+    group.add_argument("--wandb-project", default="jaxrl_async",
+                       help="W&B project (default: 'jaxrl_async')")
+    group.add_argument("--wandb-entity", default=None, help="W&B entity (default: yours)")
+
+
+def config_algo(argv: list[str]) -> str | None:
+    """The algorithm the ``--config`` file in ``argv`` names (``None``: no file, or one that
+    does not read; that is reported when it is loaded)."""
+    from jaxrl_async import config_files
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config", default=None)
+    path = pre.parse_known_args(argv)[0].config
+    if path is None:
+        return None
+    try:
+        data = config_files.read_file(path)
+        if "base" in data:  # a sweep file
+            return config_files.load_sweep_file(path).cfg.name
+        return config_files.load_config_file(path)[0].name
+    except ValueError:
+        return None
+
+
+def train_base(args: argparse.Namespace) -> tuple[Any, int]:
+    """``cmd_train``'s base config (resumed run's, the ``--config`` file's, or ``None``) and
+    seed (``--seed``, else the file's, else 0)."""
+    from jaxrl_async import config_files
+    from jaxrl_async.train import load_config
+
+    file_seed = None
+    if args.resume and args.config:
+        raise ValueError("give --config or --resume, not both (a resumed run has its config)")
+    if args.resume:
+        base = load_config(args.resume)
+    elif args.config:
+        base, file_seed = config_files.load_config_file(args.config)
+    else:
+        base = None
+    _same_algo(args, base)
+    seed = args.seed if args.seed is not None else file_seed
+    return base, 0 if seed is None else seed
+
+
+def sweep_base(args: argparse.Namespace) -> Any:
+    """``cmd_sweep``'s base config from the ``--config`` file (``None`` without one); fills
+    the file's spaces and seeds into ``args`` where no flag gave them, and the defaults."""
+    sweep_file = None
+    if args.config:
+        from jaxrl_async import config_files
+
+        sweep_file = config_files.load_sweep_file(args.config)
+        if not args.grid and not args.random:
+            args.grid = [f"{k}={','.join(map(str, v))}" for k, v in sweep_file.grid.items()]
+            args.random = [f"{k}={v}" for k, v in sweep_file.random.items()]
+    for name, default in (("seeds", 2), ("num_samples", 16), ("sample_seed", 0)):
+        if getattr(args, name) is None:
+            given = getattr(sweep_file, name, None)
+            setattr(args, name, default if given is None else given)
+    base = sweep_file.cfg if sweep_file else None
+    _same_algo(args, base)
+    return base
+
+
+def _same_algo(args: argparse.Namespace, base: Any) -> None:
+    if base is not None and args.algo_given and args.algo != base.name:
+        raise ValueError(f"--algo {args.algo} differs from the config's algorithm {base.name}")
+
+
+def tracker(args: argparse.Namespace) -> Any:
+    """A ``WandbSink`` left open for the evaluation (``--track``), or ``None``."""
+    if not args.track:
+        return None
+    from jaxrl_async.tracking import WandbSink
+
+    return WandbSink(project=args.wandb_project, entity=args.wandb_entity, keep_open=True)
+
+
+def log_sweep(args: argparse.Namespace, out: Any, cfg: Any, spec: dict, result: Any) -> None:
+    """``--track``: the sweep as one tracker run (``tracking.log_sweep``)."""
+    if args.track:
+        from jaxrl_async.tracking import log_sweep
+
+        log_sweep(out, cfg, spec, result, project=args.wandb_project,
+                  entity=args.wandb_entity)

@@ -1,0 +1,158 @@
+"""The command line's parsers, generated from the config dataclasses (their fields and
+docstrings are the one source of truth for flags and help); ``cli`` runs the commands."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from jaxrl_async import cli_options as options
+from jaxrl_async.config import AsyncConfig, SyncConfig, field_docs
+
+
+def runner_configs() -> dict[str, type]:
+    """``--runner`` choices."""
+    return {"sync": SyncConfig, "async": AsyncConfig}
+
+
+def algo_configs() -> dict[str, type]:
+    """``--algo`` choices."""
+    from jaxrl_async.algos import REGISTRY
+
+    return {name: entry[0] for name, entry in REGISTRY.items()}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _number(kind: type):
+    """Parse ints given as ``1e6`` as well as ``1000000``."""
+
+    def parse(text: str):
+        if kind is int:
+            value = float(text)
+            if not value.is_integer():
+                raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+            return int(value)
+        return kind(text)
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def add_fields(group: Any, cls: type, skip: tuple[str, ...] = ()) -> None:
+    """One flag per dataclass field of ``cls``, help from its docstring, default shown."""
+    docs = field_docs(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in skip or dataclasses.is_dataclass(f.default):
+            continue
+        default = f.default
+        kind = "sweepable" if f.metadata.get("kind") == "hyper" else "static"
+        text = f"{docs.get(f.name, '')} [{kind}] (default: {default!r})".replace("%", "%%")
+        kw: dict[str, Any] = {"help": text, "default": argparse.SUPPRESS, "dest": f.name}
+        if isinstance(default, bool):
+            group.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, **kw)
+        elif isinstance(default, tuple):
+            group.add_argument(_flag(f.name), nargs="+", type=_number(int), **kw)
+        elif isinstance(default, (int, float)):
+            group.add_argument(_flag(f.name), type=_number(type(default)), **kw)
+        else:
+            group.add_argument(_flag(f.name), type=str, **kw)
+
+
+def _config_parser(prog: str, description: str, algo: str) -> argparse.ArgumentParser:
+    """A parser with ``--algo``, ``--runner`` and one flag per config field."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--algo", choices=sorted(algo_configs()), default=algo,
+                        help=f"algorithm (default: {algo!r})")
+    parser.add_argument("--runner", choices=sorted(runner_configs()), default=argparse.SUPPRESS,
+                        help="runner (default: 'sync')")
+    add_fields(parser.add_argument_group(f"{algo} options"), algo_configs()[algo], ("runner",))
+    for name, cls in runner_configs().items():
+        add_fields(parser.add_argument_group(f"--runner {name} options"), cls)
+    return parser
+
+
+def train_parser(algo: str) -> argparse.ArgumentParser:
+    parser = _config_parser("jaxrl-async train", f"Train {algo.upper()}.", algo)
+    options.add_config_option(parser, "train")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="PRNG seed (default: the --config file's, else 0)")
+    parser.add_argument("--run-dir", default=None,
+                        help="where to write config, metrics, checkpoints and plots "
+                             "(default: runs/<algo>_<env>_<runner>_<time>)")
+    parser.add_argument("--resume", default=None, metavar="RUN_DIR",
+                        help="continue the run in RUN_DIR from its newest checkpoint (its "
+                             "config; only --checkpoint-every, --keep-checkpoints and "
+                             "--tensorboard may be changed, and --total-timesteps: see "
+                             "--extend)")
+    parser.add_argument("--extend", action="store_true",
+                        help="with --resume and another --total-timesteps: re-plan the "
+                             "schedules over the budget (lr annealing, epsilon decay) for the "
+                             "new one (docs/checkpoints.md)")
+    parser.add_argument("--eval-episodes", type=int, default=10,
+                        help="greedy evaluation episodes on fresh envs after training "
+                             "(0: none; default: 10)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                        help="show a progress bar (default: on)")
+    options.add_tracking_options(parser)
+    multi = parser.add_argument_group(
+        "multi-process (multi-host) runs: one command per process, see "
+        "docs/scaling.md")
+    multi.add_argument("--distributed", action="store_true",
+                       help="join a multi-process run (jax.distributed) before anything else; "
+                            "missing values come from JAX_COORDINATOR_ADDRESS, "
+                            "JAX_NUM_PROCESSES, JAX_PROCESS_ID, or SLURM/Open MPI detection")
+    multi.add_argument("--coordinator-address", default=None, metavar="HOST:PORT",
+                       help="process 0's address (implies --distributed)")
+    multi.add_argument("--num-processes", type=int, default=None,
+                       help="processes in the run (implies --distributed)")
+    multi.add_argument("--process-id", type=int, default=None,
+                       help="this process's index, 0 writes the run directory "
+                            "(implies --distributed)")
+    return parser
+
+
+def sweep_parser(algo: str) -> argparse.ArgumentParser:
+    parser = _config_parser(
+        "jaxrl-async sweep",
+        f"Sweep {algo.upper()}'s sweepable fields in one compile; the other flags set the base "
+        "config.", algo)
+    options.add_config_option(parser, "sweep")
+    parser.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
+                        help="grid values of a sweepable field (repeat for a grid)")
+    parser.add_argument("--random", action="append", default=[],
+                        metavar="FIELD=log:LO:HI|uniform:LO:HI",
+                        help="random search range of a sweepable field (repeat)")
+    parser.add_argument("--num-samples", type=int, default=None,
+                        help="points drawn for --random (default: 16)")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per point (default: 2)")
+    parser.add_argument("--sample-seed", type=int, default=None,
+                        help="seed of the --random draws (default: 0)")
+    parser.add_argument("--devices", type=int, default=None,
+                        help="devices to spread the runs over (default: all local devices)")
+    parser.add_argument("--out", default=None,
+                        help="output directory (default: runs/sweep_<algo>_<env>_<time>)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                        help="show a progress bar (default: on)")
+    options.add_tracking_options(parser)
+    return parser
+
+
+def eval_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jaxrl-async eval",
+        description="Evaluate a run directory's newest checkpoint on fresh envs (appends a "
+                    "line to RUN_DIR/evals.jsonl).")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (from train)")
+    parser.add_argument("--episodes", type=int, default=10, help="episodes (default: 10)")
+    parser.add_argument("--stochastic", action="store_true",
+                        help="sample actions instead of taking the policy's mode")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the fresh envs")
+    parser.add_argument("--step", type=int, default=None,
+                        help="checkpoint (update number) to load (default: the newest)")
+    parser.add_argument("--gif", default=None, metavar="PATH",
+                        help="also render one episode to PATH (envs gymnax can draw)")
+    return parser

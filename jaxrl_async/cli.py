@@ -96,9 +96,10 @@ def train_parser(algo: str) -> argparse.ArgumentParser:
                         help="continue the run in RUN_DIR from its newest checkpoint (its "
                              "config; only --checkpoint-every, --keep-checkpoints and "
                              "--tensorboard may be changed)")
-    parser.add_argument("--eval-episodes", type=int, default=10,
-                        help="greedy evaluation episodes on fresh envs after training "
-                             "(0: none; default: 10)")
+    parser.add_argument("--final-eval-episodes", type=int, default=10,
+                        help="greedy evaluation episodes on fresh envs after training, written "
+                             "to eval.json (0: none; default: 10; evaluation during training: "
+                             "--eval-every)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="show a progress bar (default: on)")
     multi = parser.add_argument_group(
@@ -283,13 +284,16 @@ def cmd_train(argv: list[str]) -> int:
     print(f"\n{s['algo'].upper()} on {s['env']} ({s['runner']} runner), "
           f"{s['total_timesteps']:,} steps")
     print(f"  final return (episodes ended in the last 10 updates): {s['final_return']:.1f}")
+    if cfg.eval_every:
+        print(f"  final evaluation ({cfg.eval_episodes} episodes, "
+              f"{'greedy' if cfg.eval_greedy else 'sampled'}): {s['final_eval_return']:.1f}")
     if s["sps"] is not None:
         collected = ("" if s["sps_collected"] is None
                      else f" (collected: {s['sps_collected']:,.0f})")
         print(f"  SPS: {s['sps']:,.0f}{collected}   compile: {s['compile_s']:.1f} s   "
               f"train: {s['train_s']:.1f} s")
-    if args.eval_episodes > 0:
-        evaluation = evaluate(result, cfg, args.eval_episodes, greedy=True, seed=args.seed)
+    if args.final_eval_episodes > 0:
+        evaluation = evaluate(result, cfg, args.final_eval_episodes, greedy=True, seed=args.seed)
         _print_eval(evaluation)
         if is_main_process():  # only the main process writes
             sinks.write_json(run_dir / "eval.json", _eval_record(evaluation))
@@ -369,11 +373,21 @@ def cmd_sweep(argv: list[str]) -> int:
     for row in rows[:10]:
         values = "  ".join(f"{k}={row[k]:g}" for k in result.fields)
         print(f"  {values}  final return {row['final_return']:.1f} ± "
-              f"{row['final_return_std']:.1f}")
+              f"{row['final_return_std']:.1f}" + _eval_cell(result, row["config"]))
     best_values = ", ".join(f"{k}={best[k]:g}" for k in result.fields)
     print(f"  best: {best_values} (final return {best['final_return']:.1f})")
     print(f"  results: {out / 'results.csv'}, plot: {out / 'sweep.png'}")
     return 0
+
+
+def _eval_cell(result: Any, config: int) -> str:
+    """``final eval m ± s`` of a sweep's config over its seeds ('' without eval_every)."""
+    if "eval_return" not in result.curves:
+        return ""
+    import numpy as np
+
+    values = result.final_eval_return[config]
+    return f"  final eval {np.nanmean(values):.1f} ± {np.nanstd(values):.1f}"
 
 
 def _finite(x: float) -> float:

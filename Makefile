@@ -4,9 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUNNER ?= sync
+SUITE ?= classic
 ARGS ?=
 
-.PHONY: setup train test bench bench-sweep docs lint clean
+.PHONY: setup train test bench bench-sweep reproduce docs lint clean
 
 setup: $(STAMP)
 
@@ -32,6 +33,10 @@ bench: $(STAMP)
 
 bench-sweep: $(STAMP)
 	$(PY) experiments/bench_sweep.py
+
+# Published results side by side (docs/results.md): SUITE=classic, minatar-breakout, ...
+reproduce: $(STAMP)
+	$(PY) -m experiments.reproduce --suite $(SUITE) $(ARGS)
 
 # docs/cli.md is generated from the CLI's parsers and the configs (tests/test_docs.py checks it).
 docs: $(STAMP)

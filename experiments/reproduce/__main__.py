@@ -19,6 +19,7 @@ import json
 import math
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import jax
@@ -94,16 +95,21 @@ def plot(row: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     steps = np.asarray(row["curves"]["env_steps"])[0]
+    train = np.asarray(row["curves"]["episode_return"], float)  # [seeds, updates]
+    width = max(1, train.shape[1] // 100)  # training returns: means over windows of updates
+    n = train.shape[1] // width * width
+    evals = np.asarray(row["curves"]["eval_return"], float)
+    due = np.isfinite(evals).all(0)
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    for name, label, style in (("episode_return", "training episodes", "-"),
-                               ("eval_return", "evaluation", "o-")):
-        values = np.asarray(row["curves"][name], float)  # [seeds, updates]
-        keep = np.isfinite(values).all(0) if name == "eval_return" else slice(None)
-        with np.errstate(all="ignore"):
-            mean = np.nanmean(values[:, keep], 0)
-        line, = ax.plot(steps[keep], mean, style, lw=1.2, ms=3, label=label)
-        ax.fill_between(steps[keep], np.nanmin(values[:, keep], 0),
-                        np.nanmax(values[:, keep], 0), alpha=0.2, color=line.get_color())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # windows without a finished episode
+        windows = np.nanmean(train[:, :n].reshape(len(train), -1, width), -1)
+        for x, values, label, style in (
+                (steps[width - 1:n:width], windows, "training episodes", "-"),
+                (steps[due], evals[:, due], "evaluation", "o-")):
+            line, = ax.plot(x, np.nanmean(values, 0), style, lw=1.2, ms=3, label=label)
+            ax.fill_between(x, np.nanmin(values, 0), np.nanmax(values, 0), alpha=0.2,
+                            color=line.get_color())
     if math.isfinite(row["published"]):
         ax.axhline(row["published"], color="k", ls="--", lw=1, label="published")
     ax.set_xlabel("env steps")
@@ -126,10 +132,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="env steps per run instead of the published budget")
     parser.add_argument("--only", nargs="*", default=None, help="config names of rows to run")
     parser.add_argument("--out", default=None, help="default: docs/reproduce/<suite>")
+    parser.add_argument("--replot", action="store_true",
+                        help="only redraw the PNGs and table.md from --out's results.json")
     args = parser.parse_args(argv)
     seeds = args.seeds or (3 if args.suite == "classic" else 2)
     out = Path(args.out or Path("docs/reproduce") / args.suite)
     out.mkdir(parents=True, exist_ok=True)
+    if args.replot:
+        rows = json.loads((out / "results.json").read_text())
+        for row in rows:
+            plot(row, out / f"{row['config']}.png")
+        print(table(rows))
+        return 0
     rows = []
     for row in SUITES[args.suite]:
         if args.only and row.config not in args.only:

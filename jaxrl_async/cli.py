@@ -73,21 +73,24 @@ def add_fields(group: Any, cls: type, skip: tuple[str, ...] = ()) -> None:
             group.add_argument(_flag(f.name), type=str, **kw)
 
 
-def _config_parser(prog: str, description: str, algo: str) -> argparse.ArgumentParser:
-    """A parser with ``--algo``, ``--runner`` and one flag per config field."""
+def _config_parser(prog: str, description: str, algo: str,
+                   skip: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+    """A parser with ``--algo``, ``--runner`` and one flag per config field (but ``skip``)."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--algo", choices=sorted(algo_configs()), default=algo,
                         help=f"algorithm (default: {algo!r})")
     parser.add_argument("--runner", choices=sorted(runner_configs()), default=argparse.SUPPRESS,
                         help="runner (default: 'sync')")
-    add_fields(parser.add_argument_group(f"{algo} options"), algo_configs()[algo], ("runner",))
+    add_fields(parser.add_argument_group(f"{algo} options"), algo_configs()[algo],
+               ("runner", *skip))
     for name, cls in runner_configs().items():
         add_fields(parser.add_argument_group(f"--runner {name} options"), cls)
     return parser
 
 
 def train_parser(algo: str) -> argparse.ArgumentParser:
-    parser = _config_parser("jaxrl-async train", f"Train {algo.upper()}.", algo)
+    parser = _config_parser("jaxrl-async train", f"Train {algo.upper()}.", algo,
+                            skip=("eval_episodes",))
     parser.add_argument("--seed", type=int, default=0, help="PRNG seed (default: 0)")
     parser.add_argument("--run-dir", default=None,
                         help="where to write config, metrics, checkpoints and plots "
@@ -96,10 +99,11 @@ def train_parser(algo: str) -> argparse.ArgumentParser:
                         help="continue the run in RUN_DIR from its newest checkpoint (its "
                              "config; only --checkpoint-every, --keep-checkpoints and "
                              "--tensorboard may be changed)")
-    parser.add_argument("--final-eval-episodes", type=int, default=10,
-                        help="greedy evaluation episodes on fresh envs after training, written "
-                             "to eval.json (0: none; default: 10; evaluation during training: "
-                             "--eval-every)")
+    parser.add_argument("--eval-episodes", type=int, default=argparse.SUPPRESS,
+                        dest="final_eval_episodes",
+                        help="greedy evaluation episodes on fresh envs after training (0: none; "
+                             "default: 10); when > 0 also the config's eval_episodes, the "
+                             "episodes of each evaluation during training (--eval-every)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="show a progress bar (default: on)")
     multi = parser.add_argument_group(
@@ -250,6 +254,10 @@ def _eval_record(result: dict[str, Any]) -> dict[str, Any]:
 
 def cmd_train(argv: list[str]) -> int:
     args = train_parser(_algo_of(argv)).parse_args(argv)
+    final_episodes = getattr(args, "final_eval_episodes", 10)
+    if getattr(args, "final_eval_episodes", 0) > 0:  # given: the config's eval_episodes too
+        args.eval_episodes = args.final_eval_episodes
+    vars(args).pop("final_eval_episodes", None)  # not a config field
     from jaxrl_async import sinks
     from jaxrl_async.checkpoint import CheckpointError
     from jaxrl_async.distributed import is_main_process
@@ -292,8 +300,8 @@ def cmd_train(argv: list[str]) -> int:
                      else f" (collected: {s['sps_collected']:,.0f})")
         print(f"  SPS: {s['sps']:,.0f}{collected}   compile: {s['compile_s']:.1f} s   "
               f"train: {s['train_s']:.1f} s")
-    if args.final_eval_episodes > 0:
-        evaluation = evaluate(result, cfg, args.final_eval_episodes, greedy=True, seed=args.seed)
+    if final_episodes > 0:
+        evaluation = evaluate(result, cfg, final_episodes, greedy=True, seed=args.seed)
         _print_eval(evaluation)
         if is_main_process():  # only the main process writes
             sinks.write_json(run_dir / "eval.json", _eval_record(evaluation))

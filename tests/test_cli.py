@@ -45,7 +45,7 @@ def trained(tmp_path_factory):
     with contextlib.redirect_stdout(printed):
         code = main(["train", "--algo", "ppo", "--env", "CartPole-v1", "--total-timesteps",
                      "2048", "--num-envs", "4", "--num-steps", "64", "--no-progress",
-                     "--final-eval-episodes", "4", "--run-dir", str(run_dir)])
+                     "--eval-episodes", "4", "--run-dir", str(run_dir)])
     assert code == 0
     return run_dir, printed.getvalue()
 
@@ -91,7 +91,7 @@ def test_eval_command(run_dir, capsys):
 
 
 def test_resume_of_a_finished_run_and_io_flags(run_dir, capsys):
-    assert main(["train", "--resume", str(run_dir), "--no-progress", "--final-eval-episodes", "0",
+    assert main(["train", "--resume", str(run_dir), "--no-progress", "--eval-episodes", "0",
                  "--keep-checkpoints", "3"]) == 0
     assert "final return" in capsys.readouterr().out
     assert main(["train", "--resume", str(run_dir), "--lr", "1e-3", "--no-progress"]) == 2

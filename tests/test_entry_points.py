@@ -16,7 +16,7 @@ from jaxrl_async import envs
 from jaxrl_async.cli import main
 
 TINY = ["--num-envs", "2", "--num-steps", "8", "--total-timesteps", "32", "--hidden-sizes",
-        "16", "--fast-compile", "--no-progress", "--final-eval-episodes", "2"]
+        "16", "--fast-compile", "--no-progress", "--eval-episodes", "2"]
 REPLAY = ["--buffer-size", "32", "--batch-size", "16", "--samples-per-insert", "1",
           "--learning-starts", "16"]
 EPOCHS = ["--num-minibatches", "1", "--update-epochs", "1"]

@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_row(row, seeds, args.budget)
         plot(result, out / f"{row.config}.png")
         rows.append(result)
+        (out / "results.json").write_text(json.dumps(rows) + "\n")  # after every row
         print(json.dumps({k: v for k, v in result.items() if k != "curves"}), flush=True)
     text = table(rows)
     (out / "table.md").write_text(
@@ -159,7 +160,6 @@ def main(argv: list[str] | None = None) -> int:
         + (f" --budget {args.budget}" if args.budget else "") + f"`, "
         f"{datetime.date.today()}, {jax.device_count()} CPU device(s), JAX {jax.__version__}\n\n"
         + text)
-    (out / "results.json").write_text(json.dumps(rows) + "\n")
     print(text)
     return 0
 

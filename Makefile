@@ -5,10 +5,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUNNER ?= sync
+SUITE ?= classic
 ARGS ?=
 
 .PHONY: setup train test test-suites bench bench-atari bench-sweep bench-host-envs bench-scaling \
-	bench-scaling-full bench-tracking accelerator-check docs lint check-install check-floors clean
+	bench-scaling-full bench-tracking accelerator-check reproduce docs lint check-install \
+	check-floors clean
 
 setup: $(STAMP)
 
@@ -76,6 +78,10 @@ check-install: $(STAMP)
 # The same with every dependency at its declared floor (pkg>=X installed as X).
 check-floors: $(STAMP)
 	$(PY) experiments/install_check.py --lowest
+
+# Published results side by side (docs/results.md): SUITE=classic, minatar-breakout, ...
+reproduce: $(STAMP)
+	$(PY) -m experiments.reproduce --suite $(SUITE) $(ARGS)
 
 # docs/cli.md is generated from the CLI's parsers and the configs (tests/test_docs.py checks it).
 docs: $(STAMP)

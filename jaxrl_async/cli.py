@@ -134,15 +134,18 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 
 def cmd_train(argv: list[str]) -> int:
     args = _parse(train_parser(_algo_of(argv)), argv)
+    final_episodes = vars(args).pop("final_eval_episodes", None)  # not a config field
+    if final_episodes is not None and final_episodes > 0:  # given: the config's too
+        args.eval_episodes = final_episodes
     tracker = options.tracker(args)  # --track: kept open for the evaluation
     try:
-        return _train(args, tracker)
+        return _train(args, tracker, 10 if final_episodes is None else final_episodes)
     finally:
         if tracker is not None:
             tracker.finish()
 
 
-def _train(args: argparse.Namespace, tracker: Any) -> int:
+def _train(args: argparse.Namespace, tracker: Any, final_episodes: int) -> int:
     from jaxrl_async import sinks
     from jaxrl_async.checkpoint import CheckpointError
     from jaxrl_async.distributed import is_main_process
@@ -182,13 +185,16 @@ def _train(args: argparse.Namespace, tracker: Any) -> int:
     final = s["final_return"]
     print("  final return (episodes ended in the last 10 updates): "
           + (f"{final:.1f}" if final == final else f"none: {no_episode_note(cfg)}"))
+    if cfg.eval_every:
+        print(f"  final evaluation ({cfg.eval_episodes} episodes, "
+              f"{'greedy' if cfg.eval_greedy else 'sampled'}): {s['final_eval_return']:.1f}")
     if s["sps"] is not None:
         collected = ("" if s["sps_collected"] is None
                      else f" (collected: {s['sps_collected']:,.0f})")
         print(f"  SPS: {s['sps']:,.0f}{collected}   compile: {s['compile_s']:.1f} s   "
               f"train: {s['train_s']:.1f} s")
-    if args.eval_episodes > 0:
-        evaluation = evaluate(result, cfg, args.eval_episodes, greedy=True, seed=args.seed)
+    if final_episodes > 0:
+        evaluation = evaluate(result, cfg, final_episodes, greedy=True, seed=args.seed)
         _print_eval(evaluation)
         if tracker is not None:
             tracker.log_evaluation(evaluation)
@@ -273,7 +279,7 @@ def cmd_sweep(argv: list[str]) -> int:
         values = "  ".join(f"{k}={row[k]:g}" for k in result.fields)
         shown = (f"{row['final_return']:.1f} ± {row['final_return_std']:.1f}"
                  if row["final_return"] == row["final_return"] else "none (no episode ended)")
-        print(f"  {values}  final return {shown}")
+        print(f"  {values}  final return {shown}" + _eval_cell(result, row["config"]))
     if best is None:
         print(f"  no best config: {no_episode_note(cfg)}")
     else:
@@ -282,6 +288,16 @@ def cmd_sweep(argv: list[str]) -> int:
     print(f"  results: {out / 'results.csv'}, plot: {out / 'sweep.png'}")
     options.log_sweep(args, out, cfg, spaces, result)
     return 0
+
+
+def _eval_cell(result: Any, config: int) -> str:
+    """``final eval m ± s`` of a sweep's config over its seeds ('' without eval_every)."""
+    if "eval_return" not in result.curves:
+        return ""
+    import numpy as np
+
+    values = result.final_eval_return[config]
+    return f"  final eval {np.nanmean(values):.1f} ± {np.nanstd(values):.1f}"
 
 
 def _finite(x: float) -> float:

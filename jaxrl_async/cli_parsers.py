@@ -62,21 +62,24 @@ def add_fields(group: Any, cls: type, skip: tuple[str, ...] = ()) -> None:
             group.add_argument(_flag(f.name), type=str, **kw)
 
 
-def _config_parser(prog: str, description: str, algo: str) -> argparse.ArgumentParser:
-    """A parser with ``--algo``, ``--runner`` and one flag per config field."""
+def _config_parser(prog: str, description: str, algo: str,
+                   skip: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+    """A parser with ``--algo``, ``--runner`` and one flag per config field (but ``skip``)."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--algo", choices=sorted(algo_configs()), default=algo,
                         help=f"algorithm (default: {algo!r})")
     parser.add_argument("--runner", choices=sorted(runner_configs()), default=argparse.SUPPRESS,
                         help="runner (default: 'sync')")
-    add_fields(parser.add_argument_group(f"{algo} options"), algo_configs()[algo], ("runner",))
+    add_fields(parser.add_argument_group(f"{algo} options"), algo_configs()[algo],
+               ("runner", *skip))
     for name, cls in runner_configs().items():
         add_fields(parser.add_argument_group(f"--runner {name} options"), cls)
     return parser
 
 
 def train_parser(algo: str) -> argparse.ArgumentParser:
-    parser = _config_parser("jaxrl-async train", f"Train {algo.upper()}.", algo)
+    parser = _config_parser("jaxrl-async train", f"Train {algo.upper()}.", algo,
+                            skip=("eval_episodes",))
     options.add_config_option(parser, "train")
     parser.add_argument("--seed", type=int, default=None,
                         help="PRNG seed (default: the --config file's, else 0)")
@@ -92,9 +95,11 @@ def train_parser(algo: str) -> argparse.ArgumentParser:
                         help="with --resume and another --total-timesteps: re-plan the "
                              "schedules over the budget (lr annealing, epsilon decay) for the "
                              "new one (docs/checkpoints.md)")
-    parser.add_argument("--eval-episodes", type=int, default=10,
-                        help="greedy evaluation episodes on fresh envs after training "
-                             "(0: none; default: 10)")
+    parser.add_argument("--eval-episodes", type=int, default=argparse.SUPPRESS,
+                        dest="final_eval_episodes",
+                        help="greedy evaluation episodes on fresh envs after training (0: none; "
+                             "default: 10); when > 0 also the config's eval_episodes, the "
+                             "episodes of each evaluation during training (--eval-every)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="show a progress bar (default: on)")
     options.add_tracking_options(parser)

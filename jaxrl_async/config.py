@@ -278,6 +278,15 @@ class TrainConfig:
     """Checkpoints kept in the run directory (the newest ones)."""
     tensorboard: bool = static(False, boolean)
     """Also write TensorBoard event files to <run dir>/tensorboard (JSONL and CSV always)."""
+    eval_every: int = static(0, non_negative_int)
+    """Updates between evaluations on fresh envs inside the compiled program (and after the
+    last update), reported as eval_return and eval_length (NaN between evaluations); 0: none.
+    Device envs only."""
+    eval_episodes: int = static(10, positive_int)
+    """Episodes per evaluation (fresh envs run in parallel; split over the devices when they
+    divide it)."""
+    eval_greedy: bool = static(True, boolean)
+    """Evaluate with the policy's mode (argmax, Gaussian mean); False: sample actions."""
 
     name = "base"
     accumulates_gradients = False  # whether the learner honours grad_accum_steps
@@ -285,7 +294,9 @@ class TrainConfig:
 
     # Fields that only say where and how often to write things: they may differ between a run
     # and its resumption (everything else must match).
-    io_fields = ("checkpoint_every", "keep_checkpoints", "tensorboard")
+    # Evaluation never changes training (its keys are its own), so it may change on resume too.
+    io_fields = ("checkpoint_every", "keep_checkpoints", "tensorboard", "eval_every",
+                 "eval_episodes", "eval_greedy")
 
     # ----------------------------------------------------------------- derived
     @property
@@ -359,6 +370,9 @@ class TrainConfig:
             if self.checkpoint_every:
                 fail(self, "checkpoint_every", f"must be 0 for the host env {self.env!r} (its "
                      "env states live in Python objects, outside the checkpointable run state)")
+        if self.eval_every and is_host_env(self.env):
+            fail(self, "eval_every", f"must be 0 for the host env {self.env!r} (evaluation runs "
+                 "inside the compiled program, on device envs); use jra.evaluate afterwards")
         if self.runner.name == "async":
             self.check_async_env_split()
         if not self.accumulates_gradients and self.grad_accum_steps != 1:

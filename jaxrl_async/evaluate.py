@@ -17,11 +17,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from jaxrl_async.algos import make_algorithm
 from jaxrl_async.envs import RunningMoments, make_env, normalize
-from jaxrl_async.rollout import env_keys, reset
+from jaxrl_async.rollout import env_keys, eval_policy, run_episodes
 from jaxrl_async.runners.state import RunState, TrainResult
 
 
@@ -52,56 +51,21 @@ def _env_algo(cfg: Any):
     return env, make_algorithm(cfg, env.spec)
 
 
-def _policy(cfg: Any, greedy: bool):
-    """``(params, obs [B], keys [B], memory, first) -> (action [B], memory)``."""
-    env, algo = _env_algo(cfg)
-    if algo.eval_act is None and greedy:
+def _check_greedy(cfg: Any, greedy: bool) -> None:
+    if _env_algo(cfg)[1].eval_act is None and greedy:
         raise ValueError(f"{type(cfg).__name__}: the {cfg.name} algorithm has no eval_act, so "
                          "it cannot act greedily; use greedy=False (its behaviour policy)")
-
-    def one(params, obs, key, memory, first):
-        if algo.eval_act is None:  # greedy=False: the behaviour policy
-            action, _, memory = algo.act(params, obs, key, memory, first)
-            return action, memory
-        return algo.eval_act(params, obs, key, greedy, memory, first)
-
-    return jax.vmap(one, in_axes=(None, 0, 0, 0, 0)), algo
 
 
 @functools.cache
 def _program(cfg: Any, num_episodes: int, greedy: bool, max_steps: int):
-    env, _ = _env_algo(cfg)
-    policy, algo = _policy(cfg, greedy)
+    env, algo = _env_algo(cfg)
+    _check_greedy(cfg, greedy)
 
     def run(params, moments, key):
-        def observe(obs):
-            return obs if moments is None else normalize(obs, moments)
-
+        observe = None if moments is None else (lambda obs: normalize(obs, moments))
         ids = jnp.arange(num_episodes, dtype=jnp.int32)
-        reset_key, key = jax.random.split(key)
-        env_state, obs, first, memory = reset(env, algo, reset_key, ids)
-        zeros = jnp.zeros(num_episodes, jnp.float32)
-        carry = (env_state, observe(obs), memory, first,
-                 jnp.zeros(num_episodes, bool), zeros, zeros, jnp.int32(0))
-
-        def running(c):
-            return (~c[4]).any() & (c[7] < max_steps)
-
-        def step(c):
-            env_state, obs, memory, first, done, returns, lengths, t = c
-            keys = env_keys(jax.random.fold_in(key, t), ids)
-            act_keys, env_keys_ = jax.vmap(jax.random.split, out_axes=1)(keys)
-            action, memory = policy(params, obs, act_keys, memory, first)
-            next_obs, env_state, reward, terminated, truncated, info = env.step(
-                env_keys_, env_state, action)
-            # the first episode's return and length so far: final once it has ended
-            returns = jnp.where(done, returns, returns + reward)
-            lengths = jnp.where(done, lengths, lengths + 1.0)
-            return (env_state, observe(next_obs), memory, terminated | truncated,
-                    done | info["episode_done"], returns, lengths, t + 1)
-
-        out = lax.while_loop(running, step, carry)
-        return out[5], out[6], out[4]
+        return run_episodes(env, algo, params, key, ids, greedy, max_steps, observe)
 
     return jax.jit(run)
 
@@ -115,6 +79,7 @@ def evaluate(
     seed: int = 0,
     obs_moments: RunningMoments | None = None,
     max_steps: int | None = None,
+    key: jax.Array | None = None,
 ) -> dict[str, Any]:
     """Returns of ``num_episodes`` episodes on fresh envs.
 
@@ -122,7 +87,9 @@ def evaluate(
     also carries the observation statistics a ``normalize_obs`` config needs. Returns
     ``{"returns": [n], "lengths": [n], "mean_return", "std_return", "mean_length",
     "num_episodes", "greedy"}``; episodes still running after ``max_steps`` (default: the
-    env's time limit, else 10,000) count with their return so far.
+    env's time limit, else 10,000) count with their return so far. ``key``: the PRNG key of
+    the envs' resets and steps (default ``jax.random.key(seed)``); evaluation during training
+    (``eval_every``) after update k uses ``runners.common.eval_key(state.key, k)``.
     """
     if num_episodes < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
@@ -136,7 +103,8 @@ def evaluate(
     spec = _env_algo(cfg)[0].spec
     max_steps = max_steps or spec.max_episode_steps or 10_000
     program = _program(cfg, int(num_episodes), bool(greedy), int(max_steps))
-    returns, lengths, done = jax.device_get(program(params, moments, jax.random.key(seed)))
+    key = jax.random.key(seed) if key is None else key
+    returns, lengths, done = jax.device_get(program(params, moments, key))
     return {
         "returns": np.asarray(returns), "lengths": np.asarray(lengths),
         "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
@@ -197,7 +165,8 @@ def save_gif(
     moments = moments if cfg.normalize_obs else None
     env, _ = _env_algo(cfg)
     raw_env, raw_params = gymnax.make(cfg.env)
-    policy, _ = _policy(cfg, greedy)
+    _check_greedy(cfg, greedy)
+    policy = eval_policy(_env_algo(cfg)[1], greedy)
 
     @jax.jit
     def act(params, obs, key):

@@ -121,3 +121,59 @@ def episode_metrics(sums: EpisodeSums) -> dict[str, jax.Array]:
         "episode_return_sum": sums.return_sum,
         "episodes": sums.count,
     }
+
+
+def eval_policy(algo: Algorithm, greedy: bool) -> Any:
+    """``(params, obs [B], keys [B], memory, first) -> (action [B], memory)``: ``algo.eval_act``
+    (greedy: the mode) vmapped over envs, or its behaviour policy when it has no ``eval_act``."""
+
+    def one(params, obs, key, memory, first):
+        if algo.eval_act is None:
+            action, _, memory = algo.act(params, obs, key, memory, first)
+            return action, memory
+        return algo.eval_act(params, obs, key, greedy, memory, first)
+
+    return jax.vmap(one, in_axes=(None, 0, 0, 0, 0))
+
+
+def run_episodes(
+    env: VecEnv,
+    algo: Algorithm,
+    params: Any,
+    key: jax.Array,
+    env_id: jax.Array,
+    greedy: bool,
+    max_steps: int,
+    observe: Any = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One episode of each of the fresh envs ``env_id [B]`` (reset from ``key``), all stepped
+    together in a ``while_loop`` until every one has ended or ``max_steps`` steps ran: (return
+    [B], length [B], ended [B]). ``observe`` maps an observation batch before the policy sees it
+    (normalisation with frozen statistics). Evaluation during training and ``jra.evaluate`` are
+    this function."""
+    policy = eval_policy(algo, greedy)
+    observe = observe or (lambda obs: obs)
+    reset_key, key = jax.random.split(key)
+    env_state, obs, first, memory = reset(env, algo, reset_key, env_id)
+    zeros = jnp.zeros(env_id.shape, jnp.float32)
+    carry = (env_state, observe(obs), memory, first, jnp.zeros(env_id.shape, bool), zeros, zeros,
+             jnp.int32(0))
+
+    def running(c):
+        return (~c[4]).any() & (c[7] < max_steps)
+
+    def step(c):
+        env_state, obs, memory, first, done, returns, lengths, t = c
+        keys = env_keys(jax.random.fold_in(key, t), env_id)
+        act_keys, step_keys_ = jax.vmap(jax.random.split, out_axes=1)(keys)
+        action, memory = policy(params, obs, act_keys, memory, first)
+        next_obs, env_state, reward, terminated, truncated, info = env.step(
+            step_keys_, env_state, action)
+        # the first episode's return and length so far: final once it has ended
+        returns = jnp.where(done, returns, returns + reward)
+        lengths = jnp.where(done, lengths, lengths + 1.0)
+        return (env_state, observe(next_obs), memory, terminated | truncated,
+                done | info["episode_done"], returns, lengths, t + 1)
+
+    out = jax.lax.while_loop(running, step, carry)
+    return out[5], out[6], out[4]

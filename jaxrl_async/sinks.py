@@ -130,6 +130,10 @@ class ProgressBar(Callbacks):
         ret = window_return(rows)  # the episodes that ended in this chunk
         sps = (steps - self.first_steps) / max(time.perf_counter() - self.start, 1e-9)
         shown = f"{ret:.1f}" if math.isfinite(ret) else "n/a"
+        if "eval_return" in rows:  # eval_every: the latest evaluation so far
+            latest = last_eval_return(rows)
+            self.eval = latest if math.isfinite(latest) else getattr(self, "eval", latest)
+            shown += f", eval={self.eval:.1f}" if math.isfinite(self.eval) else ", eval=n/a"
         self.bar.set_postfix_str(f"SPS={sps:,.0f}, return={shown}")
 
     def close(self) -> None:
@@ -164,6 +168,14 @@ def window_returns(metrics: dict[str, np.ndarray], last: int | None = None) -> n
 def final_return(metrics: dict[str, np.ndarray], last: int = 10) -> float:
     """Mean return of the episodes that ended in the last ``last`` updates (``window_return``)."""
     return window_return(metrics, last)
+
+
+def last_eval_return(metrics: dict[str, np.ndarray]) -> float:
+    """The latest evaluation's mean return (``eval_every``; the final one after a whole run);
+    NaN without evaluations."""
+    values = np.asarray(metrics.get("eval_return", []), np.float64)
+    finite = values[np.isfinite(values)]
+    return float(finite[-1]) if finite.size else math.nan
 
 
 def plot_learning_curve(metrics: dict[str, np.ndarray], path: str | Path, title: str) -> Path:

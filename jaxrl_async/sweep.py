@@ -33,7 +33,12 @@ from jax.sharding import PartitionSpec as P
 
 from jaxrl_async.config import hyper_fields, static_fields
 from jaxrl_async.runners import sync
-from jaxrl_async.runners.common import build, check_devices, compiler_options
+from jaxrl_async.runners.common import (
+    build,
+    check_devices,
+    compiler_options,
+    with_evaluation,
+)
 from jaxrl_async.sweep_result import SweepResult
 from jaxrl_async.train import warn_partial_update
 
@@ -161,8 +166,13 @@ def _program(num_devices: int, num_updates: int, log_every: int, progress: bool,
         def update(cfg, state):
             return sync.program(cfg).update(state)
 
-        def body(states, _):
+        def evaluate(runs):  # (cfgs, states) -> eval metrics [R]
+            return jax.vmap(lambda c, s: sync.program(c).evaluate(s))(*runs)
+
+        def body(states, i):
             states, metrics = jax.vmap(update)(cfgs, states)
+            if cfgs.eval_every:  # the cond outside the vmap: only the updates due evaluate
+                metrics = with_evaluation(cfgs, evaluate, (cfgs, states), metrics, i + 1)
             if progress:
                 done = states.update[0]
                 device = lax.axis_index(AXIS) if num_devices > 1 else 0
@@ -173,7 +183,7 @@ def _program(num_devices: int, num_updates: int, log_every: int, progress: bool,
             return states, metrics
 
         states = jax.vmap(init)(cfgs, seeds)
-        states, metrics = lax.scan(body, states, None, length=num_updates)
+        states, metrics = lax.scan(body, states, jnp.arange(num_updates, dtype=jnp.int32))
         params = jax.vmap(lambda c, s: build(c)[1].policy_params(s))(cfgs, states.learner)
         return params, jax.tree.map(lambda m: jnp.swapaxes(m, 0, 1), metrics)
 

@@ -50,6 +50,19 @@ class SweepResult:
         return self._per_run(10)
 
     @property
+    def final_eval_return(self) -> np.ndarray:
+        """``[configs, seeds]`` mean return of each run's last evaluation (``eval_every``: the
+        one after the final update); NaN without evaluations."""
+        curves = self.curves.get("eval_return")
+        if curves is None:
+            return np.full((len(self.configs), len(self.seeds)), np.nan)
+        with quiet_nan():
+            finite = np.isfinite(curves)
+            last = curves.shape[-1] - 1 - np.argmax(finite[..., ::-1], axis=-1)
+            return np.where(finite.any(-1), np.take_along_axis(curves, last[..., None], -1)[..., 0],
+                            np.nan)
+
+    @property
     def auc(self) -> np.ndarray:
         """``[configs, seeds]`` area under the learning curve: the mean return of all the
         episodes that ended in the run (each counted once; NaN when none did)."""
@@ -59,11 +72,13 @@ class SweepResult:
     def rows(self) -> list[dict[str, Any]]:
         """The tidy table: one row per (config, seed)."""
         final, auc = self.final_return, self.auc
+        evaluated, evals = "eval_return" in self.curves, self.final_eval_return
         out = []
         for c, point in enumerate(self.points):
             for s, seed in enumerate(self.seeds):
                 out.append({"config": c, **point, "seed": seed,
                             "final_return": float(final[c, s]), "auc": float(auc[c, s]),
+                            **({"final_eval_return": float(evals[c, s])} if evaluated else {}),
                             "sps": self.timing["sps_per_run"]})
         return out
 

@@ -208,6 +208,7 @@ def summary(cfg: Any, result: TrainResult) -> dict[str, Any]:
         "total_timesteps": cfg.num_updates * cfg.steps_per_update,
         "updates_done": int(result.state.update),
         "final_return": sinks.final_return(result.metrics),
+        "final_eval_return": sinks.last_eval_return(result.metrics),  # eval_every; else NaN
         "sps": timing.get("sps"),  # env steps trained on per second
         "sps_collected": timing.get("sps_collected"),  # async: env steps collected per second
         "compile_s": timing.get("compile_s"),

@@ -14,7 +14,8 @@ from jaxrl_async.cli import main
 from jaxrl_async.sweep import count_compiles, grid_points, sample_points
 
 TINY = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
-                     update_epochs=2, total_timesteps=4 * 16 * 5, log_every=2)
+                     update_epochs=2, total_timesteps=4 * 16 * 5, log_every=2, eval_every=2,
+                     eval_episodes=2)  # evaluated inside the one compiled sweep too
 sweep_module = importlib.import_module("jaxrl_async.sweep")  # jra.sweep is the function
 GRID = {"lr": [1e-3, 3e-4, 1e-4], "ent_coef": [0.0, 0.05]}
 SEEDS = 3  # 6 configs x 3 seeds = 18 runs: padded to 20 on 4 devices
@@ -78,7 +79,11 @@ def test_grid_order_and_table(swept, tmp_path):
     assert [p["lr"] for p in result.points[:2]] == [1e-3, 1e-3]  # first key varies slowest
     rows = result.rows
     assert len(rows) == 18
-    assert set(rows[0]) == {"config", "lr", "ent_coef", "seed", "final_return", "auc", "sps"}
+    assert set(rows[0]) == {"config", "lr", "ent_coef", "seed", "final_return", "auc", "sps",
+                            "final_eval_return"}
+    evals = result.curves["eval_return"]  # after updates 2, 4 and 5 (the last) of every run
+    assert np.isnan(evals[..., [0, 2]]).all() and np.isfinite(evals[..., [1, 3, 4]]).all()
+    assert rows[4]["final_eval_return"] == evals[1, 1, -1]
     assert [r["seed"] for r in rows[:3]] == [0, 1, 2]
     path = result.to_csv(tmp_path / "sweep.csv")
     with path.open() as f:
@@ -149,6 +154,7 @@ def test_sweep_command_line(swept, tmp_path, capsys):
     with count_compiles() as compiled:
         code = main(["sweep", "--total-timesteps", "320", "--num-envs", "4", "--num-steps",
                      "16", "--num-minibatches", "2", "--update-epochs", "2", "--log-every", "2",
+                     "--eval-every", "2", "--eval-episodes", "2",
                      "--grid", "lr=1e-3,3e-4,1e-4", "--grid", "ent_coef=0,0.05", "--seeds",
                      "3", "--out", str(out)])
     assert code == 0 and compiled == []
@@ -156,8 +162,10 @@ def test_sweep_command_line(swept, tmp_path, capsys):
     text = captured.out
     assert "6 configs x 3 seeds = 18 runs on 4 device(s), one compile" in text
     assert "best:" in text and "SPS=" in captured.err  # the progress bar
+    assert "final eval" in text
     rows = (out / "results.csv").read_text().splitlines()
-    assert rows[0] == "config,lr,ent_coef,seed,final_return,auc,sps" and len(rows) == 19
+    assert rows[0] == ("config,lr,ent_coef,seed,final_return,auc,final_eval_return,"
+                       "sps") and len(rows) == 19
     best = json.loads((out / "best.json").read_text())
     assert best["config"]["_type"] == "PPOConfig" and best["lr"] in (1e-3, 3e-4, 1e-4)
     assert (out / "sweep.png").stat().st_size > 1000

@@ -14,23 +14,20 @@ from jax.sharding import Mesh
 
 from jaxrl_async.algos import Algorithm, Trajectory, make_algorithm
 from jaxrl_async.algos.base import is_per_env, with_env_axis
-from jaxrl_async.envs import VecEnv, make_env, merge_moments, obs_sums, set_moments
-from jaxrl_async.rollout import EnvCarry, EpisodeSums, episode_metrics, reset, rollout
+from jaxrl_async.envs import VecEnv, make_env, merge_moments, normalize, obs_sums, set_moments
+from jaxrl_async.rollout import (
+    EnvCarry,
+    EpisodeSums,
+    episode_metrics,
+    reset,
+    rollout,
+    run_episodes,
+)
 from jaxrl_async.runners.state import RunState
 
 AXIS = "devices"
-
-
-
-
-
-
-
-
-
-
-
-
+EVAL_METRICS = ("eval_return", "eval_length")
+_EVAL_STREAM = 0x5EED  # folded into an update's key: evaluation keys apart from training's
 
 
 def build(cfg: Any) -> tuple[VecEnv, Algorithm]:
@@ -61,6 +58,62 @@ def collect(
     rollout_key, _ = update_keys(run_key, update)
     return rollout(env, algo, params, carry, rollout_key, num_steps, env_id, policy_version,
                    jnp.asarray(update, jnp.int32) * num_steps)
+
+
+def eval_key(run_key: jax.Array, updates_done: jax.Array | int) -> jax.Array:
+    """The key of the evaluation after ``updates_done`` updates (``jra.evaluate(..., key=)``
+    with it reproduces that evaluation): folded from the update's key on a stream of its own,
+    so evaluating never changes training."""
+    return jax.random.fold_in(jax.random.fold_in(run_key, updates_done), _EVAL_STREAM)
+
+
+def evaluation(cfg: Any, algo: Algorithm, axis_name: str | None = None,
+               num_shards: int = 1) -> Callable[[RunState], dict] | None:
+    """``state -> {"eval_return", "eval_length"}``: the mean over ``cfg.eval_episodes`` fresh
+    episodes of the policy of ``state`` (as ``jra.evaluate`` with ``eval_key``), or ``None``
+    when ``cfg.eval_every`` is 0. With ``axis_name`` (``num_shards`` devices along it) the
+    episodes are split over the devices when they divide them (global env ids: the same
+    episodes), else every device runs them all."""
+    if not cfg.eval_every:
+        return None
+    env = make_env(cfg.env, flatten_obs=cfg.flatten_obs, normalize_obs=False)
+    episodes = cfg.eval_episodes
+    split = axis_name is not None and episodes % num_shards == 0
+    local = episodes // num_shards if split else episodes
+    max_steps = env.spec.max_episode_steps or 10_000
+
+    def evaluate(state: RunState) -> dict:
+        offset = lax.axis_index(axis_name) * local if split else 0
+        ids = offset + jnp.arange(local, dtype=jnp.int32)
+        moments = state.obs_moments
+        observe = (lambda obs: normalize(obs, moments)) if cfg.normalize_obs else None
+        returns, lengths, _ = run_episodes(env, algo, algo.policy_params(state.learner),
+                                           eval_key(state.key, state.update), ids,
+                                           cfg.eval_greedy, max_steps, observe)
+        sums = jnp.stack([returns.sum(), lengths.sum()])
+        if split:
+            sums = lax.psum(sums, axis_name)
+        return dict(zip(EVAL_METRICS, sums / episodes))
+
+    return evaluate
+
+
+def with_evaluation(cfg: Any, evaluate: Callable | None, state: Any, metrics: dict,
+                    updates_done: jax.Array) -> dict:
+    """``metrics`` with ``evaluate(state)``'s (``state``: whatever ``evaluate`` takes) when
+    ``updates_done`` is a multiple of ``cfg.eval_every`` or the last update, NaN otherwise (a
+    ``lax.cond``: evaluation costs nothing between evaluations; ``updates_done`` must not be
+    batched, or ``vmap`` turns the cond into a select that evaluates every update).
+    ``metrics`` unchanged without evaluation."""
+    if evaluate is None:
+        return metrics
+    due = (updates_done % cfg.eval_every == 0) | (updates_done == cfg.num_updates)
+    shapes = jax.eval_shape(evaluate, state)
+
+    def skipped(_: Any) -> dict:
+        return jax.tree.map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes)
+
+    return {**metrics, **lax.cond(due, evaluate, skipped, state)}
 
 
 def learn_update(

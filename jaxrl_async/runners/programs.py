@@ -20,9 +20,11 @@ from jaxrl_async.runners.common import (
     AXIS,
     collect,
     compiler_options,
+    evaluation,
     init_state,
     learn_update,
     spmd,
+    with_evaluation,
     with_moments,
 )
 from jaxrl_async.runners.placement import (
@@ -108,6 +110,7 @@ def compile_with_learner(cfg: Any, algo: Algorithm, where: Layout, init: Callabl
     spec = learner_state_spec(algo)
     learner_state = place_tree(spec, run_state._replace(env=()), where, shapes_on)
     params_packing = Packing.of(acting_params(algo, run_state))
+    evaluate = evaluation(cfg, algo, axis, len(where.all_learner_devices))
 
     def update(state: RunState, batches: tuple[jax.Array, ...]):
         pieces = [piece_packing.unpack(batch) for batch in batches]  # this device's share
@@ -124,6 +127,7 @@ def compile_with_learner(cfg: Any, algo: Algorithm, where: Layout, init: Callabl
         if axis:
             mean, most = lax.pmean(mean, axis), lax.pmax(most, axis)
         metrics = {**metrics, "staleness": mean, "staleness_max": most}
+        metrics = with_evaluation(cfg, evaluate, state, metrics, state.update)
         return state, metrics, params_packing.pack(acting_params(algo, state))
 
     batch = jax.ShapeDtypeStruct((piece_packing.size * len(where.all_learner_devices),),

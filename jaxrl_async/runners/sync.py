@@ -29,11 +29,13 @@ from jaxrl_async.runners.common import (
     check_devices,
     collect,
     compiler_options,
+    evaluation,
     init_state,
     learn_update,
     learner_spec,
     merge_obs_statistics,
     to_numpy,
+    with_evaluation,
 )
 from jaxrl_async.runners.common import spmd as common_spmd
 from jaxrl_async.runners.state import (
@@ -52,6 +54,13 @@ class Program(NamedTuple):
     update: Callable[[RunState], tuple[RunState, dict]]
     num_devices: int
     state_spec: RunState  # how the run state is split over devices (a spec prefix)
+    evaluate: Callable[[RunState], dict] | None = None  # eval_every: common.evaluation
+
+    def step(self, cfg: Any, state: RunState, updates_done: jax.Array) -> tuple[RunState, dict]:
+        """``update``, then the evaluation due after ``updates_done`` updates (an unbatched
+        counter: a loop index, so a cond stays a cond under ``vmap``)."""
+        state, metrics = self.update(state)
+        return state, with_evaluation(cfg, self.evaluate, state, metrics, updates_done)
 
 
 def program(cfg: Any) -> Program:
@@ -82,7 +91,7 @@ def program(cfg: Any) -> Program:
 
     state_spec = RunState(learner=learner_spec(algo, P(AXIS), P()), env=P(AXIS), key=P(),
                           update=P(), last_episode=P(), obs_moments=P())
-    return Program(init, update, num_devices, state_spec)
+    return Program(init, update, num_devices, state_spec, evaluation(cfg, algo, axis, num_devices))
 
 
 def spmd(fn: Callable, num_devices: int, in_specs: Any, out_specs: Any) -> Callable:
@@ -97,7 +106,8 @@ def train_with_config(cfg: Any, key: jax.Array) -> TrainResult:
 
     def whole(key: jax.Array) -> TrainResult:
         state = prog.init(key)
-        state, metrics = lax.scan(lambda s, _: prog.update(s), state, None, cfg.num_updates)
+        state, metrics = lax.scan(lambda s, i: prog.step(cfg, s, i + 1), state,
+                                  jnp.arange(cfg.num_updates, dtype=jnp.int32))
         return TrainResult(state, metrics)
 
     return spmd(whole, prog.num_devices, P(), TrainResult(prog.state_spec, P(), None))(key)
@@ -171,12 +181,12 @@ def _host_programs(cfg: Any) -> tuple[Program, Callable, Callable, int]:
     chunk = min(cfg.log_every, cfg.num_updates)
 
     def run_chunk(state: RunState, n: jax.Array) -> tuple[RunState, dict]:
-        shapes = jax.eval_shape(prog.update, state)[1]
+        shapes = jax.eval_shape(lambda s: prog.step(cfg, s, s.update + 1), state)[1]
         buffers = jax.tree.map(lambda s: jnp.zeros((chunk, *s.shape), s.dtype), shapes)
 
         def body(i, carry):
             state, buffers = carry
-            state, metrics = prog.update(state)
+            state, metrics = prog.step(cfg, state, state.update + 1)
             return state, jax.tree.map(lambda b, m: b.at[i].set(m), buffers, metrics)
 
         return lax.fori_loop(0, n, body, (state, buffers))

@@ -1,0 +1,1 @@
+"""Published results reproduced side by side (see __main__.py)."""

@@ -1,0 +1,168 @@
+"""Published results reproduced side by side: ``python -m experiments.reproduce --suite classic``.
+
+Runs every row of a suite (``suites.py``) at its published settings
+(``experiments/configs/published/<row>.json``) for ``--seeds`` seeds vmapped in one compiled
+program (``jra.sweep``'s ``run_points``, spread over the CPU cores), then writes beside each
+other in ``--out``: ``table.md`` (env, algorithm, budget, published figure with its source, ours
+as mean ± std over seeds, wall time, SPS), ``results.json`` and a learning-curve PNG per row.
+Ours is given both ways: the training return (episodes that ended in the last 10 updates, as
+CleanRL reports) and the final evaluation (``eval_every``: fresh envs after the last update, as
+RL Zoo and gymnax-blines report); the column matching the published protocol comes first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import jax
+
+from jaxrl_async.sweep import use_cpu_cores
+
+use_cpu_cores()  # before anything runs: one XLA device per core, the seeds spread over them
+
+import numpy as np  # noqa: E402
+
+from experiments.reproduce.suites import SUITES, Row  # noqa: E402
+from jaxrl_async.algos import from_dict  # noqa: E402
+from jaxrl_async.sweep import run_points  # noqa: E402
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "published"
+
+
+def load(name: str):
+    """The config of a published-settings file (a run directory's config.json)."""
+    return from_dict(json.loads((CONFIGS / f"{name}.json").read_text()), ignore=("seed",))
+
+
+def run_row(row: Row, seeds: int, budget: int | None) -> dict:
+    cfg = load(row.config)
+    if budget:
+        cfg = dataclasses.replace(cfg, total_timesteps=budget)
+    start = time.perf_counter()
+    result = run_points(cfg, [{}], seeds, progress=False)
+    wall = time.perf_counter() - start
+    train, evals = result.final_return[0], result.final_eval_return[0]
+    return {
+        "config": row.config, "env": cfg.env, "algo": cfg.name,
+        "budget": cfg.num_updates * cfg.steps_per_update, "seeds": seeds,
+        "published": row.published, "published_std": row.published_std,
+        "source": row.source.cite(), "protocol": row.protocol, "note": row.note,
+        "train_mean": float(np.nanmean(train)), "train_std": float(np.nanstd(train)),
+        "eval_mean": float(np.nanmean(evals)), "eval_std": float(np.nanstd(evals)),
+        "train_per_seed": train.tolist(), "eval_per_seed": evals.tolist(),
+        "eval_episodes": cfg.eval_episodes, "eval_greedy": cfg.eval_greedy,
+        "wall_s": wall, "compile_s": result.timing["compile_s"],
+        "sps": result.timing["sps"], "curves": {
+            k: result.curves[k][0].tolist() for k in ("env_steps", "episode_return",
+                                                      "eval_return")},
+    }
+
+
+def _pm(mean: float, std: float | None) -> str:
+    if not math.isfinite(mean):
+        return "n/a"
+    return f"{mean:.1f}" if std is None else f"{mean:.1f} ± {std:.1f}"
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| env | algo | budget | published | source | ours (train return) | "
+             "ours (final eval) | seeds | wall | SPS |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        greedy = "greedy" if r["eval_greedy"] else "sampled"
+        lines.append(
+            f"| {r['env']} | {r['algo']} | {r['budget']:,} | "
+            f"{_pm(r['published'], r['published_std'])} ({r['protocol']}) | {r['source']} | "
+            f"{_pm(r['train_mean'], r['train_std'])} | "
+            f"{_pm(r['eval_mean'], r['eval_std'])} ({r['eval_episodes']} {greedy}) | "
+            f"{r['seeds']} | {r['wall_s']:.0f} s | {r['sps']:,.0f} |")
+    notes = [f"- **{r['env']} {r['algo']}**: {r['note']}" for r in rows if r["note"]]
+    return "\n".join(lines + [""] + notes) + "\n"
+
+
+def plot(row: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = np.asarray(row["curves"]["env_steps"])[0]
+    train = np.asarray(row["curves"]["episode_return"], float)  # [seeds, updates]
+    width = max(1, train.shape[1] // 100)  # training returns: means over windows of updates
+    n = train.shape[1] // width * width
+    evals = np.asarray(row["curves"]["eval_return"], float)
+    due = np.isfinite(evals).all(0)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # windows without a finished episode
+        windows = np.nanmean(train[:, :n].reshape(len(train), -1, width), -1)
+        for x, values, label, style in (
+                (steps[width - 1:n:width], windows, "training episodes", "-"),
+                (steps[due], evals[:, due], "evaluation", "o-")):
+            line, = ax.plot(x, np.nanmean(values, 0), style, lw=1.2, ms=3, label=label)
+            ax.fill_between(x, np.nanmin(values, 0), np.nanmax(values, 0), alpha=0.2,
+                            color=line.get_color())
+    if math.isfinite(row["published"]):
+        ax.axhline(row["published"], color="k", ls="--", lw=1, label="published")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("return")
+    ax.set_title(f"{row['algo'].upper()} on {row['env']} ({row['seeds']} seeds, band: min-max)",
+                 fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.reproduce",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", required=True, choices=sorted(SUITES))
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="seeds per row, vmapped (default: 3 classic, 2 minatar)")
+    parser.add_argument("--budget", type=int, default=None,
+                        help="env steps per run instead of the published budget")
+    parser.add_argument("--only", nargs="*", default=None, help="config names of rows to run")
+    parser.add_argument("--out", default=None, help="default: docs/reproduce/<suite>")
+    parser.add_argument("--replot", action="store_true",
+                        help="only redraw the PNGs and table.md from --out's results.json")
+    args = parser.parse_args(argv)
+    seeds = args.seeds or (3 if args.suite == "classic" else 2)
+    out = Path(args.out or Path("docs/reproduce") / args.suite)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.replot:
+        rows = json.loads((out / "results.json").read_text())
+        for row in rows:
+            plot(row, out / f"{row['config']}.png")
+        print(table(rows))
+        return 0
+    rows = []
+    for row in SUITES[args.suite]:
+        if args.only and row.config not in args.only:
+            continue
+        print(f"running {row.config} ({seeds} seeds) ...", file=sys.stderr, flush=True)
+        result = run_row(row, seeds, args.budget)
+        plot(result, out / f"{row.config}.png")
+        rows.append(result)
+        (out / "results.json").write_text(json.dumps(rows) + "\n")  # after every row
+        print(json.dumps({k: v for k, v in result.items() if k != "curves"}), flush=True)
+    text = table(rows)
+    (out / "table.md").write_text(
+        f"`python -m experiments.reproduce --suite {args.suite}"
+        + (f" --budget {args.budget}" if args.budget else "") + f"`, "
+        f"{datetime.date.today()}, {jax.device_count()} CPU device(s), JAX {jax.__version__}\n\n"
+        + text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Writes experiments/configs/published/*.json: the published settings of each reproduced row in
+our config fields (a run directory's config.json). Run from the repository root:
+``python experiments/reproduce/make_configs.py``. The comments give each setting's source."""
+
+import json
+from pathlib import Path
+
+import jaxrl_async as jra
+from jaxrl_async.config import to_dict
+
+out = Path("experiments/configs/published")
+EVAL = dict(eval_episodes=10, eval_greedy=True, fast_compile=True)
+cleanrl_ppo = dict(total_timesteps=500_000, num_envs=4, num_steps=128, num_minibatches=4,
+                   update_epochs=4, lr=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95,
+                   clip_eps=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5,
+                   hidden_sizes=(64, 64), activation="tanh", eval_every=98, **EVAL)
+cleanrl_dqn = dict(total_timesteps=500_000, num_envs=1, num_steps=10, buffer_size=10_000,
+                   batch_size=128, samples_per_insert=12.8, learning_starts=10_000, n_step=1,
+                   lr=2.5e-4, anneal_lr=False, gamma=0.99, tau=1.0, target_update_every=50,
+                   double_q=False, layer_norm=False, hidden_sizes=(120, 84), activation="relu",
+                   eps_start=1.0, eps_end=0.05, eps_decay_fraction=0.5, max_grad_norm=1e6,
+                   eval_every=5000, log_every=500, **EVAL)
+cleanrl_pqn = dict(total_timesteps=500_000, num_envs=4, num_steps=128, num_minibatches=4,
+                   update_epochs=4, lr=2.5e-4, anneal_lr=True, gamma=0.99, q_lambda=0.65,
+                   layer_norm=True, hidden_sizes=(120, 84), activation="relu", eps_start=1.0,
+                   eps_end=0.05, eps_decay_fraction=0.5, max_grad_norm=10.0, eval_every=98,
+                   **EVAL)
+configs = {
+    "cleanrl_ppo_cartpole": jra.PPOConfig(env="CartPole-v1", **cleanrl_ppo),
+    "cleanrl_ppo_acrobot": jra.PPOConfig(env="Acrobot-v1", **cleanrl_ppo),
+    "cleanrl_dqn_cartpole": jra.DQNConfig(env="CartPole-v1", **cleanrl_dqn),
+    "cleanrl_dqn_acrobot": jra.DQNConfig(env="Acrobot-v1", **cleanrl_dqn),
+    "cleanrl_pqn_cartpole": jra.PQNConfig(env="CartPole-v1", **cleanrl_pqn),
+    "cleanrl_pqn_acrobot": jra.PQNConfig(env="Acrobot-v1", **cleanrl_pqn),
+    # RL Zoo hyperparams/sac.yml Pendulum-v1: 2e4 steps, lr 1e-3, SB3 SAC defaults otherwise
+    # (buffer 1e6, batch 256, tau 0.005, gamma 0.99, one gradient step per env step, auto
+    # entropy, [256, 256] ReLU, learning_starts 100).
+    "rlzoo_sac_pendulum": jra.SACConfig(env="Pendulum-v1", total_timesteps=20_000, num_envs=4,
+                                        num_steps=8, buffer_size=1_000_000, batch_size=256,
+                                        samples_per_insert=256.0, learning_starts=128,
+                                        lr=1e-3, tau=0.005, gamma=0.99,
+                                        hidden_sizes=(256, 256), activation="relu",
+                                        eval_every=125, **EVAL),
+    # RL Zoo hyperparams/ppo.yml Pendulum-v1 (tuned): 4 envs x 1024 steps, batch 64 (64
+    # minibatches), 10 epochs, gamma 0.9, lambda 0.95, lr 1e-3, clip 0.2, ent 0, gSDE (not
+    # here: a state-independent Gaussian), SB3 defaults [64, 64] tanh, vf 0.5, grad norm 0.5.
+    "rlzoo_ppo_pendulum": jra.PPOConfig(env="Pendulum-v1", total_timesteps=102_400, num_envs=4,
+                                        num_steps=1024, num_minibatches=64, update_epochs=10,
+                                        gamma=0.9, gae_lambda=0.95, lr=1e-3, anneal_lr=False,
+                                        clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
+                                        max_grad_norm=0.5, hidden_sizes=(64, 64),
+                                        activation="tanh", log_every=5, eval_every=5, **EVAL),
+}
+# gymnax-blines agents/<env>/ppo.yaml: MLP 256x2 on the flattened observation, relu.
+for game in ("Breakout", "SpaceInvaders", "Asterix", "Freeway"):
+    configs[f"gymnax_blines_ppo_{game.lower()}"] = jra.PPOConfig(
+        env=f"{game}-MinAtar", torso="mlp", hidden_sizes=(256, 256), activation="relu",
+        total_timesteps=10_000_000, num_envs=64, num_steps=128, num_minibatches=8,
+        update_epochs=4, gamma=0.999, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01,
+        vf_coef=0.5, lr=5e-4, anneal_lr=False, max_grad_norm=0.5, log_every=20, eval_every=122,
+        eval_episodes=164, eval_greedy=False)
+# purejaxql config/alg/pqn_minatar.yaml: CNN, 128 envs x 32 steps, 32 minibatches, 2 epochs,
+# lr 5e-4 linear decay, grad norm 10, gamma 0.99, lambda 0.65, eps 1 -> 0.05 over 10%,
+# LayerNorm; greedy test on 128 envs every 5% of the updates.
+configs["purejaxql_pqn_minatar_breakout"] = jra.PQNConfig(
+    env="Breakout-MinAtar", torso="cnn", total_timesteps=10_000_000, num_envs=128, num_steps=32,
+    num_minibatches=32, update_epochs=2, lr=5e-4, anneal_lr=True, max_grad_norm=10.0,
+    gamma=0.99, q_lambda=0.65, eps_start=1.0, eps_end=0.05, eps_decay_fraction=0.1,
+    layer_norm=True, log_every=20, eval_every=122, eval_episodes=128, eval_greedy=True)
+for name, cfg in configs.items():
+    (out / f"{name}.json").write_text(json.dumps(to_dict(cfg), indent=2) + "\n")
+    print(name, cfg.num_updates, cfg.steps_per_update)

@@ -1,0 +1,78 @@
+"""The published figures each suite is compared against, with their sources.
+
+Each row names a config file under ``experiments/configs/published/`` (a run directory's
+``config.json``: the published settings in our fields) and the figure published for it, with
+the repository, file and commit it was read from and how it was measured (its protocol), so our
+figure can be taken the same way.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Source(NamedTuple):
+    repo: str
+    file: str
+    commit: str  # the version the figure was read from
+
+    def cite(self) -> str:
+        return f"{self.repo} `{self.file}` @ {self.commit[:7]}"
+
+
+class Row(NamedTuple):
+    config: str  # experiments/configs/published/<config>.json
+    published: float
+    published_std: float | None
+    source: Source
+    protocol: str  # what the published figure averages: "train" or "eval"
+    note: str = ""  # settings ours cannot match, how the figure was measured
+
+
+CLEANRL_PPO = Source("vwxyzjn/cleanrl", "docs/rl-algorithms/ppo.md",
+                     "7a96de22014e13dfb0dbf35b17157a1d9d9c7431")
+CLEANRL_DQN = Source("vwxyzjn/cleanrl", "docs/rl-algorithms/dqn.md",
+                     "35896b1fefa9898b904f7e09bcbe6e168e15d2a9")
+CLEANRL_PQN = Source("vwxyzjn/cleanrl", "docs/rl-algorithms/pqn.md (settings: cleanrl/pqn.py "
+                     "@ 10334fa)", "10334fa9125c3ba8ba8f9feca462b3ef83f80060")
+RLZOO = Source("DLR-RM/rl-baselines3-zoo", "benchmark.md",
+               "0088472b8cb622732bdbc4aa3d0d0abde86c67ed")
+BLINES = Source("RobertTLange/gymnax-blines", "agents/<env>/ppo.yaml, ppo.pkl",
+                "15b76af31ce200b65db31a58d6c746612b8d7ba3")
+PUREJAXQL = Source("mttga/purejaxql", "purejaxql/config/alg/pqn_minatar.yaml",
+                   "0cd95edadc03fb85a0825ada20ea8803913c3247")
+
+CLEANRL_NOTE = ("CleanRL: mean episodic training return over 3 seeds (std over seeds); gymnasium "
+                "env, ours gymnax's")
+SUITES: dict[str, list[Row]] = {
+    "classic": [
+        Row("cleanrl_ppo_cartpole", 490.04, 6.12, CLEANRL_PPO, "train", CLEANRL_NOTE),
+        Row("cleanrl_ppo_acrobot", -86.36, 1.32, CLEANRL_PPO, "train", CLEANRL_NOTE),
+        Row("cleanrl_dqn_cartpole", 498.38, 2.29, CLEANRL_DQN, "train",
+            CLEANRL_NOTE + "; dqn_jax.py settings (no LayerNorm, hard target copy every 500 "
+            "steps, no gradient clipping)"),
+        Row("cleanrl_dqn_acrobot", -88.89, 1.56, CLEANRL_DQN, "train", CLEANRL_NOTE),
+        Row("cleanrl_pqn_cartpole", 495.1, 6.9, CLEANRL_PQN, "train",
+            CLEANRL_NOTE + "; CleanRL's pqn.py uses RAdam, ours Adam"),
+        Row("cleanrl_pqn_acrobot", -95.6, 5.7, CLEANRL_PQN, "train", CLEANRL_NOTE),
+        Row("rlzoo_sac_pendulum", -156.995, 88.714, RLZOO, "eval",
+            "RL Zoo: one trained agent, deterministic evaluation over 750 episodes (std over "
+            "episodes)"),
+        Row("rlzoo_ppo_pendulum", -172.225, 104.159, RLZOO, "eval",
+            "RL Zoo: one agent, deterministic evaluation over 750 episodes; it uses gSDE "
+            "(use_sde, sde_sample_freq 4), ours a state-independent Gaussian"),
+    ],
+}
+BLINES_NOTE = ("gymnax-blines: one run, final evaluation of 164 episodes with sampled actions "
+               "(ppo.pkl); lr warm-up over the first 5% not reproduced (ours constant)")
+for game, figure in (("Breakout", 22.9), ("SpaceInvaders", 131.6), ("Asterix", None),
+                     ("Freeway", None)):
+    SUITES[f"minatar-{game.lower()}"] = [
+        Row(f"gymnax_blines_ppo_{game.lower()}", figure if figure is not None else float("nan"),
+            None, BLINES, "eval", BLINES_NOTE),
+    ]
+SUITES["minatar-pqn"] = [
+    Row("purejaxql_pqn_minatar_breakout", float("nan"), None, PUREJAXQL, "eval",
+        "purejaxql publishes settings and plots, no per-game figure in its text; greedy test "
+        "on 128 envs"),
+]

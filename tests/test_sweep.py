@@ -184,7 +184,7 @@ def test_sweep_from_a_file_with_tracking_logs_one_run_with_the_results_table(
     monkeypatch.setenv("WANDB_SILENT", "true")
     (tmp_path / "sweep.yaml").write_text(
         "base: {algo: ppo, total_timesteps: 320, num_envs: 4, num_steps: 16, "
-        "num_minibatches: 2, update_epochs: 2, log_every: 2}\n"
+        "num_minibatches: 2, update_epochs: 2, log_every: 2, eval_every: 2, eval_episodes: 2}\n"
         "grid: {lr: [1.0e-3, 3.0e-4, 1.0e-4], ent_coef: [0, 0.05]}\nseeds: 3\n")
     out = tmp_path / "sweep"
     with count_compiles() as compiled:

@@ -253,7 +253,7 @@ def cmd_train(argv: list[str]) -> int:
     from jaxrl_async.checkpoint import CheckpointError
     from jaxrl_async.distributed import is_main_process
     from jaxrl_async.evaluate import evaluate
-    from jaxrl_async.runners.state import TrainingInterrupted
+    from jaxrl_async.runners.state import TrainingDiverged, TrainingInterrupted
     from jaxrl_async.train import default_run_dir, load_config, summary, train
 
     if wants_distributed(args):  # before anything starts JAX's backend
@@ -271,6 +271,13 @@ def cmd_train(argv: list[str]) -> int:
     try:
         result = train(cfg, seed=args.seed, run_dir=None if args.resume else run_dir,
                        resume=args.resume, progress=args.progress)
+    except TrainingDiverged as e:
+        print(f"error: {e}", file=sys.stderr)
+        if e.last_checkpoint is not None:
+            print(f"  continue from it with: jaxrl-async train --resume {run_dir}  (the same "
+                  "config repeats the same updates: for another outcome start a new run, e.g. "
+                  "with a smaller --lr)", file=sys.stderr)
+        return 3
     except TrainingInterrupted as e:
         done = int(e.result.state.update)
         print(f"\ninterrupted after update {done} of {cfg.num_updates}; checkpoint written to "

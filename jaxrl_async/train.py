@@ -18,7 +18,12 @@ from jaxrl_async.algos import from_dict
 from jaxrl_async.config import to_dict
 from jaxrl_async.envs import is_host_env
 from jaxrl_async.runners import sync
-from jaxrl_async.runners.state import Callbacks, TrainingInterrupted, TrainResult
+from jaxrl_async.runners.state import (
+    Callbacks,
+    TrainingDiverged,
+    TrainingInterrupted,
+    TrainResult,
+)
 
 
 def make_train(cfg: Any) -> Callable[[jax.Array], TrainResult]:
@@ -72,6 +77,11 @@ def train(
 
     Ctrl-C finishes the chunk in flight, writes a final checkpoint (with ``run_dir``) and
     raises ``TrainingInterrupted`` (a ``KeyboardInterrupt``) holding the partial result.
+
+    A NaN or inf in an update's loss metrics, params or optimizer state stops the run at the
+    end of that log chunk with ``TrainingDiverged`` (the update, what went non-finite, the
+    partial result, ``run_dir`` and the newest checkpoint, all from before the divergence: the
+    diverged state is never saved).
     """
     state, earlier = None, {}
     if resume is not None:
@@ -119,11 +129,13 @@ def train(
     writers += list(callbacks)
     fanout = sinks.Fanout(writers)
 
-    interrupted = None
+    interrupted = diverged = None
     try:
         result = runners.run(cfg, jax.random.key(seed), fanout, state=state)
     except TrainingInterrupted as e:
         interrupted, result = e, e.result
+    except TrainingDiverged as e:  # no checkpoint of the diverged state was written
+        diverged, result = e, e.result
     finally:
         fanout.close()  # waits for checkpoint writes, also when interrupted
     result = result._replace(metrics=_concat(earlier, result.metrics))
@@ -131,9 +143,18 @@ def train(
         sinks.plot_learning_curve(result.metrics, run_dir / "learning_curve.png",
                                   f"{cfg.name.upper()} on {cfg.env}")
         sinks.write_json(run_dir / "summary.json",
-                         {**summary(cfg, result), "interrupted": interrupted is not None})
+                         {**summary(cfg, result), "interrupted": interrupted is not None,
+                          "diverged": None if diverged is None else
+                          {"update": diverged.update, "metric": diverged.what}})
     if interrupted is not None:
         raise TrainingInterrupted(result) from None
+    if diverged is not None:
+        diverged.result = result
+        if run_dir is not None:
+            diverged.run_dir = run_dir
+            finite = [s for s in checkpoint.steps(run_dir) if s < diverged.update]
+            diverged.last_checkpoint = finite[-1] if finite else None
+        raise diverged
     return result
 
 

@@ -23,6 +23,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxrl_async.envs import obs_sums
+from jaxrl_async.runners import divergence
 from jaxrl_async.runners.common import (
     AXIS,
     build,
@@ -40,6 +41,7 @@ from jaxrl_async.runners.state import (
     Callbacks,
     RunState,
     StopOnInterrupt,
+    TrainingDiverged,
     TrainingInterrupted,
     TrainResult,
 )
@@ -141,10 +143,13 @@ def run(
     with StopOnInterrupt() as stop:
         for begin in range(first, cfg.num_updates, chunk):
             n = min(chunk, cfg.num_updates - begin)
-            state, buffers = compiled(state, jnp.int32(n))  # dispatched; runs while we log
+            state, buffers, (ran, bad) = compiled(state, jnp.int32(n))  # runs while we log
             if pending is not None:
                 rows.append(_deliver(pending, callbacks))
             pending, end = (begin, n, buffers), begin + n
+            if int(bad) >= 0:  # waits for the chunk: its state goes to on_state only if finite
+                rows.append(_deliver((begin, int(ran), buffers), callbacks))
+                raise _diverged(cfg, state, rows, begin + int(ran), int(bad))
             final = end == cfg.num_updates or stop.requested
             callbacks.on_state(state, final=final, update=end)
             if final:
@@ -174,17 +179,24 @@ def _host_programs(cfg: Any) -> tuple[Program, Callable, Callable, int]:
         shapes = jax.eval_shape(prog.update, state)[1]
         buffers = jax.tree.map(lambda s: jnp.zeros((chunk, *s.shape), s.dtype), shapes)
 
-        def body(i, carry):
-            state, buffers = carry
-            state, metrics = prog.update(state)
-            return state, jax.tree.map(lambda b, m: b.at[i].set(m), buffers, metrics)
+        def more(carry):  # stops after an update whose numbers are not finite
+            i, _, _, bad = carry
+            return (i < n) & (bad < 0)
 
-        return lax.fori_loop(0, n, body, (state, buffers))
+        def body(carry):
+            i, state, buffers, _ = carry
+            state, metrics = prog.update(state)
+            bad = divergence.first_nonfinite(state.learner, metrics)
+            return i + 1, state, jax.tree.map(lambda b, m: b.at[i].set(m), buffers, metrics), bad
+
+        i, state, buffers, bad = lax.while_loop(
+            more, body, (jnp.int32(0), state, buffers, jnp.int32(-1)))
+        return state, buffers, (i, bad)
 
     spec = prog.state_spec
     init_fn = jax.jit(spmd(prog.init, prog.num_devices, P(), spec))
     chunk_fn = jax.jit(
-        spmd(run_chunk, prog.num_devices, (spec, P()), (spec, P())),
+        spmd(run_chunk, prog.num_devices, (spec, P()), (spec, P(), P())),
         donate_argnums=0,
     )
     return prog, init_fn, chunk_fn, chunk
@@ -198,6 +210,14 @@ def place(state: RunState, prog: Program) -> RunState:
     mesh = Mesh(np.array(jax.devices()[:prog.num_devices]), (AXIS,))
     return jax.tree.map(lambda spec, sub: jax.device_put(sub, NamedSharding(mesh, spec)),
                         prog.state_spec, state, is_leaf=lambda x: isinstance(x, P))
+
+
+def _diverged(cfg: Any, state: RunState, rows: list[dict], update: int,
+              bad: int) -> TrainingDiverged:
+    """The error for a run whose update ``update`` went non-finite in part ``bad``."""
+    what = divergence.watched(state.learner, rows[-1])[bad]
+    metrics = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+    return TrainingDiverged(TrainResult(state, metrics, None), update, what, cfg.num_updates)
 
 
 def _deliver(pending: tuple[int, int, Any], callbacks: Callbacks) -> dict:

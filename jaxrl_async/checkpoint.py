@@ -27,6 +27,9 @@ from jaxrl_async.config import to_dict
 from jaxrl_async.runners.state import Callbacks, RunState
 
 CHECKPOINTS = "checkpoints"
+# The layout of a checkpoint (``meta["format"]``); restoring refuses any other. 1: the first
+# numbered layout (checkpoints written before it have no ``format`` and are refused as older).
+FORMAT = 1
 
 
 class CheckpointError(ValueError):
@@ -130,7 +133,7 @@ def save(manager: Any, state: RunState, cfg: Any, update: int) -> None:
     import orbax.checkpoint as ocp
 
     arrays, impls = to_arrays(state)
-    meta = {"config": to_dict(cfg), "update": update, "key_impls": impls}
+    meta = {"format": FORMAT, "config": to_dict(cfg), "update": update, "key_impls": impls}
     manager.save(update, args=ocp.args.Composite(
         state=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)), force=True)
 
@@ -180,7 +183,19 @@ def restore(run_dir: str | Path, cfg: Any, step: int | None = None) -> RunState:
     return jax.tree.unflatten(jax.tree.structure(abstract), leaves)
 
 
+def _check_format(where: Path, meta: dict) -> None:
+    """``CheckpointError`` unless ``meta`` is of this version's checkpoint ``FORMAT``."""
+    found = meta.get("format", 0) if isinstance(meta, dict) else 0
+    if found != FORMAT:
+        by = "an older" if isinstance(found, int) and found < FORMAT else "another"
+        raise CheckpointError(
+            f"checkpoint {where} was written by {by} version of jaxrl_async (checkpoint format "
+            f"{found!r}{', unnumbered' if found == 0 else ''}); this version reads format "
+            f"{FORMAT}: restore it with the version that wrote it, or train anew")
+
+
 def _check_compatible(where: Path, meta: dict, stored: dict, expected: dict, cfg: Any) -> None:
+    _check_format(where, meta)
     saved_cfg = meta.get("config", {})
     differ = config_differences(saved_cfg, cfg)
     if differ:

@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import difflib
 import json
 import os
+import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from jaxrl_async.config import AsyncConfig, SyncConfig, field_docs
 
@@ -75,7 +77,7 @@ def add_fields(group: Any, cls: type, skip: tuple[str, ...] = ()) -> None:
 
 def _config_parser(prog: str, description: str, algo: str) -> argparse.ArgumentParser:
     """A parser with ``--algo``, ``--runner`` and one flag per config field."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = Parser(prog=prog, description=description)
     parser.add_argument("--algo", choices=sorted(algo_configs()), default=algo,
                         help=f"algorithm (default: {algo!r})")
     parser.add_argument("--runner", choices=sorted(runner_configs()), default=argparse.SUPPRESS,
@@ -156,7 +158,7 @@ def sweep_parser(algo: str) -> argparse.ArgumentParser:
 
 
 def eval_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="jaxrl-async eval",
         description="Evaluate a run directory's newest checkpoint on fresh envs.")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (from train)")
@@ -217,7 +219,7 @@ def cpu_devices_for_roles(args: argparse.Namespace, base: Any = None) -> None:
 
 
 def _algo_of(argv: list[str]) -> str:
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = Parser(prog="jaxrl-async", add_help=False)
     pre.add_argument("--algo", default="ppo", choices=sorted(algo_configs()))
     pre.add_argument("--resume", default=None)
     known, _ = pre.parse_known_args(argv)
@@ -232,8 +234,46 @@ def _algo_of(argv: list[str]) -> str:
 
 
 def _fail(message: Any) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    """Print one line naming the flag (for a config field's error) and return exit code 2."""
+    text = " ".join(str(message).split())
+    field = _CONFIG_FIELD.search(text)
+    if field and not text.startswith("--"):
+        text = f"{_flag(field.group(1))}: {text}"
+    print(f"error: {text}", file=sys.stderr)
     return 2
+
+
+_CONFIG_FIELD = re.compile(r"^\w+Config\.(?:runner\.)?(\w+)")
+
+
+def nearest(word: str, choices: Any) -> str:
+    """`` (did you mean X?)`` for the choices nearest ``word`` (ties all named), or ``""``."""
+    scored = [(difflib.SequenceMatcher(None, word, str(c)).ratio(), str(c)) for c in choices]
+    best = max((score for score, _ in scored), default=0.0)
+    found = sorted(c for score, c in scored if score == best and score >= 0.6)
+    return f" (did you mean {' or '.join(found)}?)" if found else ""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (the flag, what it allows) with the
+    nearest flag or choice suggested, and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        choice = re.match(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)$",
+                          message)
+        if choice:
+            allowed = [c.strip(" '") for c in choice.group(3).split(",")]
+            message += nearest(choice.group(2), allowed)
+        elif re.match(r"argument \S+: invalid (int|float) value", message):
+            message += ("; expected an integer (1000000 or 1e6)" if "int value" in message
+                        else "; expected a number")
+        elif message.startswith("unrecognized arguments:"):
+            unknown = [a.split("=")[0] for a in message.split(":", 1)[1].split()
+                       if a.startswith("--")]
+            flags = [o for o in self._option_string_actions if o.startswith("--")]
+            message += "".join(nearest(flag, flags) for flag in unknown[:1])
+        print(f"{self.prog}: error: {' '.join(message.split())}", file=sys.stderr)
+        sys.exit(2)
 
 
 def _print_eval(result: dict[str, Any]) -> None:
@@ -263,9 +303,12 @@ def cmd_train(argv: list[str]) -> int:
         join_distributed(args)
     try:
         base = load_config(args.resume) if args.resume else None
+        if base is not None and args.algo != base.name:
+            raise ValueError(f"--algo {args.algo}: {Path(args.resume) / 'config.json'} is a "
+                             f"{base.name} run; drop --algo to resume it")
         cpu_devices_for_roles(args, base)
         cfg = config_from_args(args, base)
-    except ValueError as e:
+    except (ValueError, TypeError) as e:
         return _fail(e)
     run_dir = Path(args.resume or args.run_dir or default_run_dir(cfg))
     try:
@@ -423,6 +466,10 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in COMMANDS:
         lines = [f"  {name:6} {text}" for name, (_, text) in COMMANDS.items()]
         asked = bool(argv) and argv[0] in ("-h", "--help")
+        if argv and not asked:
+            print(f"jaxrl-async: error: unknown command {argv[0]!r}, choose from "
+                  f"{', '.join(COMMANDS)}{nearest(argv[0], COMMANDS)}", file=sys.stderr)
+            return 2
         print("usage: jaxrl-async {" + ",".join(COMMANDS) + "} [--help] ...\n\ncommands:\n"
               + "\n".join(lines), file=sys.stdout if asked else sys.stderr)
         return 0 if asked else 2

@@ -17,6 +17,7 @@ checked when the config was built.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -24,6 +25,7 @@ import jax
 import numpy as np
 
 Check = Callable[[Any], "str | None"]
+INT32_MAX = 2**31 - 1
 T = TypeVar("T")
 
 
@@ -87,6 +89,37 @@ def positive_int_tuple(x: Any) -> str | None:
     return None if ok else "must be a non-empty tuple of positive integers"
 
 
+def finite(default: Any, value: Any) -> str | None:
+    """``must be finite`` for a number field holding a NaN, an inf or a float overflow."""
+    if isinstance(default, bool) or not isinstance(default, (int, float)):
+        return None
+    try:
+        return None if math.isfinite(float(value)) else "must be finite"
+    except OverflowError:
+        return f"must be finite (at most {np.finfo(np.float64).max:.3g})"
+
+
+def kind_error(default: Any, value: Any) -> str | None:
+    """What is wrong with the type of ``value`` for a field whose default is ``default`` (a
+    number field takes a real number, not a bool or a string), or ``None``."""
+    if isinstance(default, bool):
+        return None if isinstance(value, (bool, np.bool_)) else "must be True or False"
+    if isinstance(default, (int, float)):
+        if isinstance(value, (bool, np.bool_, str, bytes)) or np.ndim(value) != 0:
+            return f"must be a number like {default!r}"
+        try:
+            float(value)
+        except OverflowError:
+            return None  # a huge integer: the field's check (or finite()) says what is allowed
+        except (TypeError, ValueError):
+            return f"must be a number like {default!r}"
+    if isinstance(default, str):
+        return None if isinstance(value, str) else f"must be a string like {default!r}"
+    if isinstance(default, tuple):
+        return None if isinstance(value, tuple) else f"must be a tuple like {default!r}"
+    return None
+
+
 # --------------------------------------------------------------------------- the decorator
 def config(cls: type[T]) -> type[T]:
     """Make ``cls`` a frozen, keyword-only, validated dataclass registered as a pytree."""
@@ -94,9 +127,12 @@ def config(cls: type[T]) -> type[T]:
         for f in dataclasses.fields(self):
             check = f.metadata.get("check")
             value = getattr(self, f.name)
-            if check is None or (f.metadata.get("kind") == "hyper" and not _is_concrete(value)):
-                continue
-            message = check(value)
+            if f.metadata.get("kind") == "hyper" and not _is_concrete(value):
+                continue  # traced, or a sweep's axis: checked when its values were
+            message = kind_error(f.default, value)
+            if message is not None:
+                raise TypeError(f"{type(self).__name__}.{f.name} {message}, got {value!r}")
+            message = finite(f.default, value) or (None if check is None else check(value))
             if message is not None:
                 raise ValueError(f"{type(self).__name__}.{f.name} {message}, got {value!r}")
         if hasattr(self, "validate"):
@@ -307,6 +343,12 @@ class TrainConfig:
             check_env_id(self.env)
         except ValueError as e:
             raise ValueError(f"{type(self).__name__}.env: {e}") from None
+        for name in ("num_envs", "num_steps"):  # env ids and step indices are int32
+            if getattr(self, name) > INT32_MAX:
+                fail(self, name, f"must be <= {INT32_MAX}")
+        if self.num_updates * self.num_steps > INT32_MAX:
+            fail(self, "total_timesteps", f"must be < num_envs * {INT32_MAX + 1} = "
+                 f"{self.num_envs * (INT32_MAX + 1)} (each env's steps are counted in int32)")
         if self.total_timesteps < self.steps_per_update:
             fail(self, "total_timesteps",
                  f"must be >= num_envs * num_steps = {self.steps_per_update}")

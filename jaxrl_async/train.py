@@ -50,7 +50,15 @@ def load_config(run_dir: str | Path) -> Any:
         raise ValueError(f"{run_dir} is not a run directory: it has no config.json") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} is not valid JSON: {e}") from None
-    return from_dict(data, ignore=("seed",))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} cannot be read: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} does not hold a config: a JSON object with '_type' expected, "
+                         f"got {type(data).__name__}")
+    try:
+        return from_dict(data, ignore=("seed",))
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{path} does not hold a valid config: {e}") from None
 
 
 def train(
@@ -88,6 +96,10 @@ def train(
         resume = Path(resume)
         saved = load_config(resume)
         cfg = saved if cfg is None else cfg
+        if type(saved) is not type(cfg):
+            raise ValueError(f"{resume / 'config.json'} is a {saved.name} run "
+                             f"({type(saved).__name__}); it cannot be resumed as {cfg.name} "
+                             f"({type(cfg).__name__})")
         differ = checkpoint.config_differences(to_dict(saved), cfg)
         if differ:
             raise ValueError(f"cannot resume {resume} with a different config: "

@@ -3,6 +3,7 @@ envs (``gymnasium:<id>``, ``envpool:<id>``) for the async runner's host actors i
 
 from __future__ import annotations
 
+import difflib
 import functools
 from typing import Any
 
@@ -76,6 +77,8 @@ def check_env_id(env_id: str) -> None:
         hint = ""
         if env_id.startswith("brax/") and not any(k.startswith("brax/") for k in known):
             hint = " (brax ids need the optional extra: pip install 'jaxrl_async[brax]')"
+        close = difflib.get_close_matches(env_id, known, n=1, cutoff=0.6)
+        hint += f" (did you mean {close[0]}?)" if close else ""
         raise ValueError(f"unknown env id {env_id!r}{hint}; known ids: {', '.join(known)}")
 
 

@@ -17,6 +17,7 @@ checked when the config was built.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -436,8 +437,10 @@ class EpsilonGreedyFields:
     """Fraction of total_timesteps over which epsilon falls linearly to eps_end."""
 
 
+@functools.cache
 def field_docs(cls: type) -> dict[str, str]:
-    """The attribute docstrings of a config class and its bases (the one source of help text)."""
+    """The attribute docstrings of a config class and its bases (the one source of help text;
+    cached: read once per class). Do not change the dict returned."""
     import ast
     import inspect
     import textwrap

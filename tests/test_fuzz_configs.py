@@ -136,10 +136,14 @@ def report():
     print(json.dumps(record))
 
 
+OWN_BASE = {"sac": dict(env="Pendulum-v1", buffer_size=1024, learning_starts=128),
+            "recurrent_ppo": dict(bptt_length=8), "dqn": dict(buffer_size=1024)}
+
+
 def base(cls: type) -> dict:
     if cls in RUNNERS.values():
         return {}
-    return {**BASE, **({"env": "Pendulum-v1"} if cls.name == "sac" else {})}
+    return {**BASE, **OWN_BASE.get(cls.name, {})}
 
 
 @pytest.mark.parametrize("name", list(CLASSES))
@@ -166,6 +170,9 @@ def test_an_accepted_config_builds_without_compiling(data, no_compile):
     name = data.draw(st.sampled_from(list(ALGOS)))
     cls = ALGOS[name]
     kwargs = {**base(cls), **data.draw(st.composite(lambda draw: changes(draw, cls, 2))())}
+    if "runner" not in kwargs and data.draw(st.booleans()):  # layouts, async programs
+        runner = data.draw(st.sampled_from([SyncConfig, AsyncConfig]))
+        kwargs["runner"] = (runner, data.draw(st.composite(lambda d: changes(d, runner, 2))()))
     try:
         cfg = construct(cls, kwargs)
     except (ValueError, TypeError) as error:

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUNNER ?= sync
 ARGS ?=
 
-.PHONY: setup train test bench bench-sweep docs lint clean
+.PHONY: setup train test fuzz bench bench-sweep docs lint clean
 
 setup: $(STAMP)
 
@@ -22,6 +22,10 @@ train: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile $(ARGS)
+
+# Config fuzzing with many more examples than make test (docs/reliability.md): prints the counts.
+fuzz: $(STAMP)
+	JRA_FUZZ=1 $(PY) -m pytest tests/test_fuzz_configs.py -q -s -p no:cacheprovider $(ARGS)
 
 bench: $(STAMP)
 	$(PY) experiments/bench_sync.py --preset cartpole-ref --baseline

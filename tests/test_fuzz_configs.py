@@ -28,7 +28,10 @@ settings.register_profile("ci", max_examples=3, derandomize=True, database=None,
                           suppress_health_check=list(HealthCheck))
 settings.register_profile("fuzz", max_examples=150, database=None, deadline=None,
                           suppress_health_check=list(HealthCheck))
-if os.environ.get("JRA_FUZZ"):
+if os.environ.get("JRA_FUZZ"):  # JRA_FUZZ=N: N build examples (1: the profile's 150)
+    if int(os.environ["JRA_FUZZ"]) > 1:
+        settings.register_profile("fuzz", settings.get_profile("fuzz"),
+                                  max_examples=int(os.environ["JRA_FUZZ"]))
     settings.load_profile("fuzz")
 elif settings._current_profile == "default":  # noqa: SLF001 - unless --hypothesis-profile
     settings.load_profile("ci")

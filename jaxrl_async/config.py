@@ -90,6 +90,11 @@ def positive_int_tuple(x: Any) -> str | None:
     return None if ok else "must be a non-empty tuple of positive integers"
 
 
+class FieldTypeError(TypeError, ValueError):
+    """A config field given a value of the wrong type: a ``TypeError``, and a ``ValueError``
+    like every other config error (so ``except ValueError`` handles all of them)."""
+
+
 def finite(default: Any, value: Any) -> str | None:
     """``must be finite`` for a number field holding a NaN, an inf or a float overflow."""
     if isinstance(default, bool) or not isinstance(default, (int, float)):
@@ -132,7 +137,7 @@ def config(cls: type[T]) -> type[T]:
                 continue  # traced, or a sweep's axis: checked when its values were
             message = kind_error(f.default, value)
             if message is not None:
-                raise TypeError(f"{type(self).__name__}.{f.name} {message}, got {value!r}")
+                raise FieldTypeError(f"{type(self).__name__}.{f.name} {message}, got {value!r}")
             message = finite(f.default, value) or (None if check is None else check(value))
             if message is not None:
                 raise ValueError(f"{type(self).__name__}.{f.name} {message}, got {value!r}")

@@ -24,6 +24,7 @@ import numpy as np
 
 from jaxrl_async import runners
 from jaxrl_async.config import to_dict
+from jaxrl_async.runners import divergence
 from jaxrl_async.runners.state import Callbacks, RunState
 
 CHECKPOINTS = "checkpoints"
@@ -227,6 +228,16 @@ def config_differences(saved: dict, cfg: Any) -> list[str]:
             if saved.get(k) != now.get(k)]
 
 
+@jax.jit
+def _nonfinite(learner: Any) -> jax.Array:
+    return divergence.first_nonfinite(learner, {})
+
+
+def finite(state: RunState) -> bool:
+    """Whether the learner state (params, optimizer state; replay buffers aside) is finite."""
+    return int(_nonfinite(state.learner)) < 0
+
+
 # --------------------------------------------------------------------------- the sink
 class CheckpointSink(Callbacks):
     """Writes the run state to ``run_dir/checkpoints`` every ``cfg.checkpoint_every`` updates
@@ -245,8 +256,8 @@ class CheckpointSink(Callbacks):
     def on_state(self, state: RunState, final: bool, update: int | None = None) -> None:
         update = int(state.update) if update is None else update
         due = self.next_due is not None and update >= self.next_due
-        if not (final or due) or update == self.last_saved:
-            return
+        if not (final or due) or update == self.last_saved or not finite(state):
+            return  # a diverged state is never saved: the newest checkpoint stays finite
         if self.manager is None:
             self.manager = _manager(self.run_dir, read_only=False, keep=self.cfg.keep_checkpoints)
         save(self.manager, state, self.cfg, update)

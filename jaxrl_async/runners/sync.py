@@ -139,23 +139,20 @@ def run(
     callbacks.on_start(first)
     start = time.perf_counter()
     rows: list[dict] = []
-    pending: tuple[int, int, Any] | None = None
+    pending: tuple[int, int, Any, Any] | None = None
     with StopOnInterrupt() as stop:
         for begin in range(first, cfg.num_updates, chunk):
             n = min(chunk, cfg.num_updates - begin)
-            state, buffers, (ran, bad) = compiled(state, jnp.int32(n))  # runs while we log
+            state, buffers, flag = compiled(state, jnp.int32(n))  # runs while we log
             if pending is not None:
-                rows.append(_deliver(pending, callbacks))
-            pending, end = (begin, n, buffers), begin + n
-            if int(bad) >= 0:  # waits for the chunk: its state goes to on_state only if finite
-                rows.append(_deliver((begin, int(ran), buffers), callbacks))
-                raise _diverged(cfg, state, rows, begin + int(ran), int(bad))
+                _deliver(pending, callbacks, rows, cfg, state)
+            pending, end = (begin, n, buffers, flag), begin + n
             final = end == cfg.num_updates or stop.requested
             callbacks.on_state(state, final=final, update=end)
             if final:
                 break
         if pending is not None:
-            rows.append(_deliver(pending, callbacks))
+            _deliver(pending, callbacks, rows, cfg, state)
         jax.block_until_ready(state)
     train_s = time.perf_counter() - start
 
@@ -212,16 +209,19 @@ def place(state: RunState, prog: Program) -> RunState:
                         prog.state_spec, state, is_leaf=lambda x: isinstance(x, P))
 
 
-def _diverged(cfg: Any, state: RunState, rows: list[dict], update: int,
-              bad: int) -> TrainingDiverged:
-    """The error for a run whose update ``update`` went non-finite in part ``bad``."""
-    what = divergence.watched(state.learner, rows[-1])[bad]
-    metrics = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
-    return TrainingDiverged(TrainResult(state, metrics, None), update, what, cfg.num_updates)
-
-
-def _deliver(pending: tuple[int, int, Any], callbacks: Callbacks) -> dict:
-    begin, n, buffers = pending
-    rows = {k: v[:n] for k, v in to_numpy(buffers).items()}
-    callbacks.on_metrics(begin, rows)
-    return rows
+def _deliver(pending: tuple[int, int, Any, Any], callbacks: Callbacks, rows: list[dict],
+             cfg: Any, state: RunState) -> None:
+    """Hand a finished chunk's metric rows to the callbacks (and append them to ``rows``); if
+    an update of it went non-finite, only the rows up to that one, then raise
+    ``TrainingDiverged``. The chunk after it is in flight by then and stops after its first
+    update (the state is not finite); ``CheckpointSink`` writes no non-finite state."""
+    begin, n, buffers, flag = pending
+    ran, bad = (int(x) for x in jax.device_get(flag))
+    n = ran if bad >= 0 else n
+    rows.append({k: v[:n] for k, v in to_numpy(buffers).items()})
+    callbacks.on_metrics(begin, rows[-1])
+    if bad >= 0:
+        what = divergence.watched(state.learner, rows[-1])[bad]
+        metrics = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+        raise TrainingDiverged(TrainResult(state, metrics, None), begin + ran, what,
+                               cfg.num_updates)

@@ -70,9 +70,10 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 class TrainingDiverged(RuntimeError):
     """Raised by a runner when an update's loss metrics or learner state went NaN or inf
-    (``divergence.first_nonfinite``), at the end of the chunk holding that update. The run
-    state of that chunk is not handed to ``on_state`` (no checkpoint of it is written); the
-    metrics up to and including ``update`` are delivered.
+    (``divergence.first_nonfinite``), at the end of the chunk holding that update (the sync
+    runner's next chunk, in flight by then, stops after one update). No checkpoint of a
+    non-finite state is written (``CheckpointSink`` skips one); the metrics up to and
+    including ``update`` are delivered.
 
     ``update``: the number of the update whose output was not finite (1 = the first update);
     ``what``: the metric or learner part (``loss``, ``params``, ``opt_state`` ...);

@@ -54,14 +54,21 @@ def non_negative(x: Any) -> str | None:
     return None if x >= 0 else "must be >= 0"
 
 
-def positive_int(x: Any) -> str | None:
+def positive_count(x: Any) -> str | None:
+    """A positive integer of any size (a budget summed over envs, never a traced int32)."""
     ok = isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x > 0
     return None if ok else "must be a positive integer"
 
 
+def positive_int(x: Any) -> str | None:
+    """A positive integer that fits the int32 the programs count in."""
+    ok = positive_count(x) is None and x <= INT32_MAX
+    return None if ok else f"must be a positive integer (at most {INT32_MAX})"
+
+
 def non_negative_int(x: Any) -> str | None:
-    ok = isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0
-    return None if ok else "must be a non-negative integer"
+    ok = isinstance(x, (int, np.integer)) and not isinstance(x, bool) and 0 <= x <= INT32_MAX
+    return None if ok else f"must be a non-negative integer (at most {INT32_MAX})"
 
 
 def in_range(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> Check:
@@ -278,7 +285,7 @@ class TrainConfig:
     'envpool:<id>' (needs the package envpool). Each actor stream (runner.actors_per_device
     per actor device) is one thread owning num_envs / streams host envs, seeded per env from
     the run seed; their states are not part of the checkpointable run state."""
-    total_timesteps: int = static(500_000, positive_int)
+    total_timesteps: int = static(500_000, positive_count)
     """Environment steps to train for (summed over all envs)."""
     num_envs: int = static(4, positive_int)
     """Parallel environments (summed over all devices)."""
@@ -349,9 +356,6 @@ class TrainConfig:
             check_env_id(self.env)
         except ValueError as e:
             raise ValueError(f"{type(self).__name__}.env: {e}") from None
-        for name in ("num_envs", "num_steps"):  # env ids and step indices are int32
-            if getattr(self, name) > INT32_MAX:
-                fail(self, name, f"must be <= {INT32_MAX}")
         if self.num_updates * self.num_steps > INT32_MAX:
             fail(self, "total_timesteps", f"must be < num_envs * {INT32_MAX + 1} = "
                  f"{self.num_envs * (INT32_MAX + 1)} (each env's steps are counted in int32)")

@@ -42,8 +42,10 @@ def static(default: Any = dataclasses.MISSING, check: Check | None = None, **kw:
 
 
 # --------------------------------------------------------------------------- checks
-def _is_concrete(x: Any) -> bool:
-    return not isinstance(x, jax.core.Tracer) and np.ndim(x) == 0
+def _is_traced_or_array(x: Any) -> bool:
+    """A tracer or an array with axes (a sweep's values), not a Python list or string."""
+    return isinstance(x, jax.core.Tracer) or (
+        isinstance(x, (np.ndarray, jax.Array)) and np.ndim(x) > 0)
 
 
 def positive(x: Any) -> str | None:
@@ -140,7 +142,7 @@ def config(cls: type[T]) -> type[T]:
         for f in dataclasses.fields(self):
             check = f.metadata.get("check")
             value = getattr(self, f.name)
-            if f.metadata.get("kind") == "hyper" and not _is_concrete(value):
+            if f.metadata.get("kind") == "hyper" and _is_traced_or_array(value):
                 continue  # traced, or a sweep's axis: checked when its values were
             message = kind_error(f.default, value)
             if message is not None:

@@ -8,9 +8,9 @@ RUNNER ?= sync
 SUITE ?= classic
 ARGS ?=
 
-.PHONY: setup train test test-suites bench bench-atari bench-sweep bench-host-envs bench-scaling \
-	bench-scaling-full bench-tracking accelerator-check reproduce docs lint check-install \
-	check-floors clean
+.PHONY: setup train test test-suites fuzz bench bench-atari bench-sweep bench-host-envs \
+	bench-scaling bench-scaling-full bench-tracking accelerator-check reproduce docs lint \
+	check-install check-floors clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,10 @@ test: $(STAMP)
 # compiles on a CPU; make test runs the contract tests and PPO on Jumanji).
 test-suites: $(STAMP)
 	JRA_SUITE_PPO=1 $(PY) -m pytest -q tests/test_env_suites.py $(ARGS)
+
+# Config fuzzing with many more examples than make test (docs/reliability.md): prints the counts.
+fuzz: $(STAMP)
+	JRA_FUZZ=1 $(PY) -m pytest tests/test_fuzz_configs.py -q -s -p no:cacheprovider $(ARGS)
 
 bench: $(STAMP)
 	$(PY) experiments/bench_sync.py --preset cartpole-ref --baseline

@@ -13,7 +13,7 @@ from jaxrl_async.checkpoint import CheckpointError
 from jaxrl_async.config import AsyncConfig, SyncConfig
 from jaxrl_async.envs import EnvSpec, env_spec, make_env, register_env
 from jaxrl_async.evaluate import evaluate, save_gif
-from jaxrl_async.runners.state import RunState, TrainingInterrupted, TrainResult
+from jaxrl_async.runners.state import RunState, TrainingDiverged, TrainingInterrupted, TrainResult
 from jaxrl_async.sweep import (
     LogUniform,
     SweepResult,
@@ -52,6 +52,7 @@ __all__ = [
     "use_cpu_cores",
     "CheckpointError",
     "TrainingInterrupted",
+    "TrainingDiverged",
     "RunState",
     "TrainResult",
     "WandbSink",

@@ -30,11 +30,16 @@ import numpy as np
 
 from jaxrl_async import runners
 from jaxrl_async.config import to_dict
+from jaxrl_async.runners import divergence
 from jaxrl_async.runners.state import Callbacks, RunState
 
 CHECKPOINTS = "checkpoints"
 INCOMPLETE = ".orbax-checkpoint-tmp"
 """In the name of a checkpoint directory whose write has not finished (orbax's)."""
+
+# The layout of a checkpoint (``meta["format"]``); restoring refuses any other. 1: the first
+# numbered layout (checkpoints written before it have no ``format`` and are refused as older).
+FORMAT = 1
 
 
 class CheckpointError(ValueError):
@@ -147,7 +152,7 @@ def save(manager: Any, state: RunState, cfg: Any, update: int) -> None:
     import orbax.checkpoint as ocp
 
     arrays, impls = to_arrays(state)
-    meta = {"config": to_dict(cfg), "update": update, "key_impls": impls}
+    meta = {"format": FORMAT, "config": to_dict(cfg), "update": update, "key_impls": impls}
     manager.save(update, args=ocp.args.Composite(
         state=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)), force=True)
 
@@ -203,8 +208,20 @@ def restore(run_dir: str | Path, cfg: Any, step: int | None = None, *,
     return jax.tree.unflatten(jax.tree.structure(abstract), leaves)
 
 
+def _check_format(where: Path, meta: dict) -> None:
+    """``CheckpointError`` unless ``meta`` is of this version's checkpoint ``FORMAT``."""
+    found = meta.get("format", 0) if isinstance(meta, dict) else 0
+    if found != FORMAT:
+        by = "an older" if isinstance(found, int) and found < FORMAT else "another"
+        raise CheckpointError(
+            f"checkpoint {where} was written by {by} version of jaxrl_async (checkpoint format "
+            f"{found!r}{', unnumbered' if found == 0 else ''}); this version reads format "
+            f"{FORMAT}: restore it with the version that wrote it, or train anew")
+
+
 def _check_compatible(where: Path, meta: dict, stored: dict, expected: dict, cfg: Any,
                       budget_may_differ: bool) -> None:
+    _check_format(where, meta)
     saved_cfg = meta.get("config", {})
     differ = config_differences(saved_cfg, cfg, budget_may_differ=budget_may_differ)
     if differ:
@@ -259,6 +276,16 @@ def check_resume(run_dir: str | Path, saved: Any, cfg: Any, extend: bool = False
         "docs/checkpoints.md")
 
 
+@jax.jit
+def _nonfinite(learner: Any) -> jax.Array:
+    return divergence.first_nonfinite(learner, {})
+
+
+def finite(state: RunState) -> bool:
+    """Whether the learner state (params, optimizer state; replay buffers aside) is finite."""
+    return int(_nonfinite(state.learner)) < 0
+
+
 # --------------------------------------------------------------------------- the sink
 class CheckpointSink(Callbacks):
     """Writes the run state to ``run_dir/checkpoints`` every ``cfg.checkpoint_every`` updates
@@ -280,8 +307,9 @@ class CheckpointSink(Callbacks):
     def on_state(self, state: RunState, final: bool, update: int | None = None) -> None:
         update = int(state.update) if update is None else update
         due = self.next_due is not None and update >= self.next_due
-        if not (final or due) or update == self.last_saved or self.failed:
-            return
+        if (not (final or due) or update == self.last_saved or self.failed
+                or not finite(state)):
+            return  # a diverged state is never saved: the newest checkpoint stays finite
         if self.manager is None:
             self.manager = _manager(self.run_dir, read_only=False, keep=self.cfg.keep_checkpoints)
         else:  # the previous write, in the background until now (orbax would wait for it too)

@@ -16,17 +16,20 @@ import dataclasses
 import datetime
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from jaxrl_async import cli_options as options
 from jaxrl_async.cli_parsers import (  # noqa: F401 - the parsers, importable from here as before
+    Parser,
     _flag,
     _number,
     add_fields,
     algo_configs,
     eval_parser,
+    nearest,
     runner_configs,
     sweep_parser,
     train_parser,
@@ -93,7 +96,7 @@ def cpu_devices_for_roles(args: argparse.Namespace, base: Any = None) -> None:
 
 
 def _algo_of(argv: list[str]) -> str:
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = Parser(prog="jaxrl-async", add_help=False)
     pre.add_argument("--algo", default="ppo", choices=sorted(algo_configs()))
     pre.add_argument("--resume", default=None)
     known, _ = pre.parse_known_args(argv)
@@ -111,8 +114,16 @@ def _algo_of(argv: list[str]) -> str:
 
 
 def _fail(message: Any) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    """Print one line naming the flag (for a config field's error) and return exit code 2."""
+    text = " ".join(str(message).split())
+    field = _CONFIG_FIELD.search(text)
+    if field and not text.startswith("--"):
+        text = f"{_flag(field.group(1))}: {text}"
+    print(f"error: {text}", file=sys.stderr)
     return 2
+
+
+_CONFIG_FIELD = re.compile(r"^\w+Config\.(?:runner\.)?(\w+)")
 
 
 def _print_eval(result: dict[str, Any]) -> None:
@@ -150,7 +161,7 @@ def _train(args: argparse.Namespace, tracker: Any, final_episodes: int) -> int:
     from jaxrl_async.checkpoint import CheckpointError
     from jaxrl_async.distributed import is_main_process
     from jaxrl_async.evaluate import evaluate
-    from jaxrl_async.runners.state import TrainingInterrupted
+    from jaxrl_async.runners.state import TrainingDiverged, TrainingInterrupted
     from jaxrl_async.train import default_run_dir, no_episode_note, summary, train
 
     if args.extend and not args.resume:
@@ -162,15 +173,25 @@ def _train(args: argparse.Namespace, tracker: Any, final_episodes: int) -> int:
         join_distributed(args)
     try:
         base, args.seed = options.train_base(args)
+        if args.resume and base is not None and args.algo != base.name:
+            raise ValueError(f"--algo {args.algo}: {Path(args.resume) / 'config.json'} is a "
+                             f"{base.name} run; drop --algo to resume it")
         cpu_devices_for_roles(args, base)
         cfg = config_from_args(args, base)
-    except ValueError as e:
+    except (ValueError, TypeError) as e:
         return _fail(e)
     run_dir = Path(args.resume or args.run_dir or default_run_dir(cfg))
     try:
         result = train(cfg, seed=args.seed, run_dir=None if args.resume else run_dir,
                        resume=args.resume, extend=args.extend, progress=args.progress,
                        callbacks=[tracker] if tracker is not None else [])
+    except TrainingDiverged as e:
+        print(f"error: {e}", file=sys.stderr)
+        if e.last_checkpoint is not None:
+            print(f"  continue from it with: jaxrl-async train --resume {run_dir}  (the same "
+                  "config repeats the same updates: for another outcome start a new run, e.g. "
+                  "with a smaller --lr)", file=sys.stderr)
+        return 3
     except TrainingInterrupted as e:
         done = int(e.result.state.update)
         print(f"\ninterrupted after update {done} of {cfg.num_updates}; checkpoint written to "
@@ -343,6 +364,10 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in COMMANDS:
         lines = [f"  {name:6} {text}" for name, (_, text) in COMMANDS.items()]
         asked = bool(argv) and argv[0] in ("-h", "--help")
+        if argv and not asked:
+            print(f"jaxrl-async: error: unknown command {argv[0]!r}, choose from "
+                  f"{', '.join(COMMANDS)}{nearest(argv[0], COMMANDS)}", file=sys.stderr)
+            return 2
         print("usage: jaxrl-async {" + ",".join(COMMANDS) + "} [--help] ...\n\ncommands:\n"
               + "\n".join(lines), file=sys.stdout if asked else sys.stderr)
         return 0 if asked else 2

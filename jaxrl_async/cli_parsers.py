@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any
+import difflib
+import re
+import sys
+from typing import Any, NoReturn
 
 from jaxrl_async import cli_options as options
 from jaxrl_async.config import AsyncConfig, SyncConfig, field_docs
@@ -62,10 +65,40 @@ def add_fields(group: Any, cls: type, skip: tuple[str, ...] = ()) -> None:
             group.add_argument(_flag(f.name), type=str, **kw)
 
 
+def nearest(word: str, choices: Any) -> str:
+    """`` (did you mean X?)`` for the choices nearest ``word`` (ties all named), or ``""``."""
+    scored = [(difflib.SequenceMatcher(None, word, str(c)).ratio(), str(c)) for c in choices]
+    best = max((score for score, _ in scored), default=0.0)
+    found = sorted(c for score, c in scored if score == best and score >= 0.6)
+    return f" (did you mean {' or '.join(found)}?)" if found else ""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (the flag, what it allows) with the
+    nearest flag or choice suggested, and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        choice = re.match(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)$",
+                          message)
+        if choice:
+            allowed = [c.strip(" '") for c in choice.group(3).split(",")]
+            message += nearest(choice.group(2), allowed)
+        elif re.match(r"argument \S+: invalid (int|float) value", message):
+            message += ("; expected an integer (1000000 or 1e6)" if "int value" in message
+                        else "; expected a number")
+        elif message.startswith("unrecognized arguments:"):
+            unknown = [a.split("=")[0] for a in message.split(":", 1)[1].split()
+                       if a.startswith("--")]
+            flags = [o for o in self._option_string_actions if o.startswith("--")]
+            message += "".join(nearest(flag, flags) for flag in unknown[:1])
+        print(f"{self.prog}: error: {' '.join(message.split())}", file=sys.stderr)
+        sys.exit(2)
+
+
 def _config_parser(prog: str, description: str, algo: str,
                    skip: tuple[str, ...] = ()) -> argparse.ArgumentParser:
     """A parser with ``--algo``, ``--runner`` and one flag per config field (but ``skip``)."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = Parser(prog=prog, description=description)
     parser.add_argument("--algo", choices=sorted(algo_configs()), default=algo,
                         help=f"algorithm (default: {algo!r})")
     parser.add_argument("--runner", choices=sorted(runner_configs()), default=argparse.SUPPRESS,
@@ -147,7 +180,7 @@ def sweep_parser(algo: str) -> argparse.ArgumentParser:
 
 
 def eval_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="jaxrl-async eval",
         description="Evaluate a run directory's newest checkpoint on fresh envs (appends a "
                     "line to RUN_DIR/evals.jsonl).")

@@ -17,6 +17,8 @@ checked when the config was built.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -24,6 +26,7 @@ import jax
 import numpy as np
 
 Check = Callable[[Any], "str | None"]
+INT32_MAX = 2**31 - 1
 T = TypeVar("T")
 
 
@@ -39,8 +42,10 @@ def static(default: Any = dataclasses.MISSING, check: Check | None = None, **kw:
 
 
 # --------------------------------------------------------------------------- checks
-def _is_concrete(x: Any) -> bool:
-    return not isinstance(x, jax.core.Tracer) and np.ndim(x) == 0
+def _is_traced_or_array(x: Any) -> bool:
+    """A tracer or an array with axes (a sweep's values), not a Python list or string."""
+    return isinstance(x, jax.core.Tracer) or (
+        isinstance(x, (np.ndarray, jax.Array)) and np.ndim(x) > 0)
 
 
 def positive(x: Any) -> str | None:
@@ -51,14 +56,21 @@ def non_negative(x: Any) -> str | None:
     return None if x >= 0 else "must be >= 0"
 
 
-def positive_int(x: Any) -> str | None:
+def positive_count(x: Any) -> str | None:
+    """A positive integer of any size (a budget summed over envs, never a traced int32)."""
     ok = isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x > 0
     return None if ok else "must be a positive integer"
 
 
+def positive_int(x: Any) -> str | None:
+    """A positive integer that fits the int32 the programs count in."""
+    ok = positive_count(x) is None and x <= INT32_MAX
+    return None if ok else f"must be a positive integer (at most {INT32_MAX})"
+
+
 def non_negative_int(x: Any) -> str | None:
-    ok = isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0
-    return None if ok else "must be a non-negative integer"
+    ok = isinstance(x, (int, np.integer)) and not isinstance(x, bool) and 0 <= x <= INT32_MAX
+    return None if ok else f"must be a non-negative integer (at most {INT32_MAX})"
 
 
 def in_range(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> Check:
@@ -87,6 +99,42 @@ def positive_int_tuple(x: Any) -> str | None:
     return None if ok else "must be a non-empty tuple of positive integers"
 
 
+class FieldTypeError(TypeError, ValueError):
+    """A config field given a value of the wrong type: a ``TypeError``, and a ``ValueError``
+    like every other config error (so ``except ValueError`` handles all of them)."""
+
+
+def finite(default: Any, value: Any) -> str | None:
+    """``must be finite`` for a number field holding a NaN, an inf or a float overflow."""
+    if isinstance(default, bool) or not isinstance(default, (int, float)):
+        return None
+    try:
+        return None if math.isfinite(float(value)) else "must be finite"
+    except OverflowError:
+        return f"must be finite (at most {np.finfo(np.float64).max:.3g})"
+
+
+def kind_error(default: Any, value: Any) -> str | None:
+    """What is wrong with the type of ``value`` for a field whose default is ``default`` (a
+    number field takes a real number, not a bool or a string), or ``None``."""
+    if isinstance(default, bool):
+        return None if isinstance(value, (bool, np.bool_)) else "must be True or False"
+    if isinstance(default, (int, float)):
+        if isinstance(value, (bool, np.bool_, str, bytes)) or np.ndim(value) != 0:
+            return f"must be a number like {default!r}"
+        try:
+            float(value)
+        except OverflowError:
+            return None  # a huge integer: the field's check (or finite()) says what is allowed
+        except (TypeError, ValueError):
+            return f"must be a number like {default!r}"
+    if isinstance(default, str):
+        return None if isinstance(value, str) else f"must be a string like {default!r}"
+    if isinstance(default, tuple):
+        return None if isinstance(value, tuple) else f"must be a tuple like {default!r}"
+    return None
+
+
 # --------------------------------------------------------------------------- the decorator
 def config(cls: type[T]) -> type[T]:
     """Make ``cls`` a frozen, keyword-only, validated dataclass registered as a pytree."""
@@ -94,9 +142,12 @@ def config(cls: type[T]) -> type[T]:
         for f in dataclasses.fields(self):
             check = f.metadata.get("check")
             value = getattr(self, f.name)
-            if check is None or (f.metadata.get("kind") == "hyper" and not _is_concrete(value)):
-                continue
-            message = check(value)
+            if f.metadata.get("kind") == "hyper" and _is_traced_or_array(value):
+                continue  # traced, or a sweep's axis: checked when its values were
+            message = kind_error(f.default, value)
+            if message is not None:
+                raise FieldTypeError(f"{type(self).__name__}.{f.name} {message}, got {value!r}")
+            message = finite(f.default, value) or (None if check is None else check(value))
             if message is not None:
                 raise ValueError(f"{type(self).__name__}.{f.name} {message}, got {value!r}")
         if hasattr(self, "validate"):
@@ -242,7 +293,7 @@ class TrainConfig:
     'envpool:<id>' (needs the package envpool). Each actor stream (runner.actors_per_device
     per actor device) is one thread owning num_envs / streams host envs, seeded per env from
     the run seed; their states are not part of the checkpointable run state."""
-    total_timesteps: int = static(499_712, positive_int)  # PureJaxRL's 5e5 in whole updates
+    total_timesteps: int = static(499_712, positive_count)  # PureJaxRL's 5e5 in whole updates
     """Environment steps to train for (summed over all envs), in whole updates of num_envs *
     num_steps: a remainder is not trained (a warning names the steps trained)."""
     num_envs: int = static(4, positive_int)
@@ -334,6 +385,9 @@ class TrainConfig:
             check_env_id(self.env)
         except ValueError as e:
             raise ValueError(f"{type(self).__name__}.env: {e}") from None
+        if self.num_updates * self.num_steps > INT32_MAX:
+            fail(self, "total_timesteps", f"must be < num_envs * {INT32_MAX + 1} = "
+                 f"{self.num_envs * (INT32_MAX + 1)} (each env's steps are counted in int32)")
         if self.total_timesteps < self.steps_per_update:
             fail(self, "total_timesteps",
                  f"must be >= num_envs * num_steps = {self.steps_per_update}")
@@ -445,8 +499,10 @@ class EpsilonGreedyFields:
                 f"eps_decay_fraction={self.eps_decay_fraction} of total_timesteps"]
 
 
+@functools.cache
 def field_docs(cls: type) -> dict[str, str]:
-    """The attribute docstrings of a config class and its bases (the one source of help text)."""
+    """The attribute docstrings of a config class and its bases (the one source of help text;
+    cached: read once per class). Do not change the dict returned."""
     import ast
     import inspect
     import textwrap

@@ -264,9 +264,15 @@ def read_metrics(path: str | Path, up_to: int | None = None) -> dict[str, np.nda
     records = []
     path = Path(path)
     if path.exists():
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            if up_to is None or record["update"] <= up_to:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            try:
+                record = json.loads(line)
+                update = record["update"]
+            except (ValueError, TypeError, KeyError) as e:
+                raise ValueError(f"{path} line {number} is not a metrics row (truncated or "
+                                 f"corrupt: {type(e).__name__}: {e}); remove that line to "
+                                 "read the file") from None
+            if up_to is None or update <= up_to:
                 records.append(record)
     names = [k for k in (records[0] if records else {}) if k != "update"]
     return {k: np.array([np.nan if r.get(k) is None else r[k] for r in records], np.float32)

@@ -19,7 +19,12 @@ from jaxrl_async.checkpoint import CheckpointError
 from jaxrl_async.config import to_dict
 from jaxrl_async.envs import env_spec, is_host_env
 from jaxrl_async.runners import sync
-from jaxrl_async.runners.state import Callbacks, TrainingInterrupted, TrainResult
+from jaxrl_async.runners.state import (
+    Callbacks,
+    TrainingDiverged,
+    TrainingInterrupted,
+    TrainResult,
+)
 
 
 def make_train(cfg: Any) -> Callable[[jax.Array], TrainResult]:
@@ -80,10 +85,15 @@ def load_config(run_dir: str | Path) -> Any:
         raise CheckpointError(f"{run_dir} is not a run directory: {e}") from None
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{path} is not valid JSON: {e}") from None
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{path} cannot be read: {e}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} does not hold a config: a JSON object with '_type' "
+                              f"expected, got {type(data).__name__}")
     try:
         return from_dict(data, ignore=("seed",))
     except (ValueError, TypeError) as e:
-        raise CheckpointError(f"{path} does not describe a config: {e}") from None
+        raise CheckpointError(f"{path} does not hold a valid config: {e}") from None
 
 
 def train(
@@ -115,12 +125,21 @@ def train(
 
     Ctrl-C finishes the chunk in flight, writes a final checkpoint (with ``run_dir``) and
     raises ``TrainingInterrupted`` (a ``KeyboardInterrupt``) holding the partial result.
+
+    A NaN or inf in an update's loss metrics, params or optimizer state stops the run at the
+    end of that log chunk with ``TrainingDiverged`` (the update, what went non-finite, the
+    partial result, ``run_dir`` and the newest checkpoint, all from before the divergence: the
+    diverged state is never saved).
     """
     state, earlier = None, {}
     if resume is not None:
         resume = Path(resume)
         saved = load_config(resume)
         cfg = saved if cfg is None else cfg
+        if type(saved) is not type(cfg):
+            raise CheckpointError(f"{resume / 'config.json'} is a {saved.name} run "
+                                  f"({type(saved).__name__}); it cannot be resumed as "
+                                  f"{cfg.name} ({type(cfg).__name__})")
         checkpoint.check_resume(resume, saved, cfg, extend)
         if run_dir is not None and Path(run_dir).resolve() != resume.resolve():
             raise CheckpointError(f"a resumed run writes to its own directory {resume}, "
@@ -164,24 +183,35 @@ def train(
     writers += list(callbacks)
     fanout = sinks.Fanout(writers)
 
-    interrupted = None
+    interrupted = diverged = None
     try:
         fanout.on_run(cfg, seed, run_dir)
         try:
             result = runners.run(cfg, jax.random.key(seed), fanout, state=state)
         except TrainingInterrupted as e:
             interrupted, result = e, e.result
+        except TrainingDiverged as e:  # no checkpoint of the diverged state was written
+            diverged, result = e, e.result
         result = result._replace(metrics=_concat(earlier, result.metrics))
         if run_dir is not None and result.metrics:
             sinks.plot_learning_curve(result.metrics, run_dir / "learning_curve.png",
                                       f"{cfg.name.upper()} on {cfg.env}")
             sinks.write_json(run_dir / "summary.json",
-                             {**summary(cfg, result), "interrupted": interrupted is not None})
+                             {**summary(cfg, result), "interrupted": interrupted is not None,
+                              "diverged": None if diverged is None else
+                              {"update": diverged.update, "metric": diverged.what}})
         fanout.on_end(result, run_dir)
     finally:
         fanout.close()  # waits for checkpoint writes, also when interrupted or failed
     if interrupted is not None:
         raise TrainingInterrupted(result) from None
+    if diverged is not None:
+        diverged.result = result
+        if run_dir is not None:
+            diverged.run_dir = run_dir
+            finite = [s for s in checkpoint.steps(run_dir) if s < diverged.update]
+            diverged.last_checkpoint = finite[-1] if finite else None
+        raise diverged
     return result
 
 

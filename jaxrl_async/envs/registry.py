@@ -13,6 +13,7 @@ and a resumed run included, with an entry point whose name is the env id::
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from importlib import metadata
 from typing import Any
@@ -99,6 +100,8 @@ def check_suite_id(env_id: str) -> None:
 
 
 def unknown_message(env_id: str, known: list[str]) -> str:
-    return (f"unknown env id {env_id!r}: register it in this process with "
+    close = difflib.get_close_matches(env_id, known, n=1, cutoff=0.6)
+    return (f"unknown env id {env_id!r}{f' (did you mean {close[0]}?)' if close else ''}: "
+            f"register it in this process with "
             f"jaxrl_async.register_env({env_id!r}, factory) or as an entry point of the group "
             f"{GROUP!r} (docs/envs.md); known ids: {', '.join(known)}")

@@ -148,7 +148,15 @@ def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, wher
             chunk.host_rows["actor_busy"] = [float(actor_busy) / wall] * n
             behaviour = versions[oldest] if runner.deterministic else ()
             events.put(("chunk", chunk._replace(state=state, behaviour=behaviour)))
+            if diverged(chunk):  # the caller raises TrainingDiverged; no further update
+                return
             chunk = new_chunk(update + 1)
+
+
+def diverged(chunk: Chunk) -> bool:
+    """Whether an update of ``chunk`` went non-finite (the metrics vectors' last entry, from
+    ``divergence.first_nonfinite``): one look per chunk, no host round trip per update."""
+    return bool(np.max(jax.device_get([row[-1] for row in chunk.device_rows])) >= 0)
 
 
 def publish(params: jax.Array, where: Layout, pipeline: Pipeline, version: int) -> None:
@@ -299,7 +307,7 @@ def drive(cfg: Any, setup: Setup, callbacks: Callbacks, compile_s: float,
             for thread in threads:
                 thread.start()
             final = supervise(cfg, threads, events, callbacks, programs.metric_names, rows,
-                               functools.partial(env_state, pipeline), stop)
+                              functools.partial(env_state, pipeline), stop, programs.watched)
             train_s = time.perf_counter() - start
         collected = sum(s.rollouts for s in actor_stats) * where.per_stream * cfg.num_steps
     finally:

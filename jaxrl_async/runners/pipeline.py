@@ -29,7 +29,13 @@ import jax
 import numpy as np
 
 from jaxrl_async.runners.placement import Stream
-from jaxrl_async.runners.state import Callbacks, RunState, StopOnInterrupt
+from jaxrl_async.runners.state import (
+    Callbacks,
+    RunState,
+    StopOnInterrupt,
+    TrainingDiverged,
+    TrainResult,
+)
 
 THREAD_PREFIX = "jaxrl-async"
 """Every thread the runner starts is named ``jaxrl-async-<role>``."""
@@ -233,10 +239,13 @@ def _guarded(events: queue.Queue, pipeline: Pipeline, target: Callable, *args: A
 
 def supervise(cfg: Any, threads: list[threading.Thread], events: queue.Queue,
                callbacks: Callbacks, names: tuple[str, ...], rows: list[dict],
-               env_state: Callable[[int], Any], stop: StopOnInterrupt) -> RunState:
+               env_state: Callable[[int], Any], stop: StopOnInterrupt,
+               watched: tuple[str, ...] = ()) -> RunState:
     """The calling thread's part: deliver metrics and the run state after each chunk to the
     callbacks, until the learner's last chunk or, after a Ctrl-C, the next chunk; re-raise the
-    first exception of any thread. Waits with a timeout, so signals get through."""
+    first exception of any thread; raise ``TrainingDiverged`` (``watched``: what the metrics
+    vectors' divergence entry indexes) after a chunk with a non-finite update. Waits with a
+    timeout, so signals get through."""
     learner = threads[-1]
     while True:
         try:
@@ -247,7 +256,13 @@ def supervise(cfg: Any, threads: list[threading.Thread], events: queue.Queue,
             continue
         if kind == "error":
             raise payload
-        rows.append(deliver_chunk(payload, names, callbacks))
+        delivered, bad = deliver_chunk(payload, names, callbacks)
+        rows.append(delivered)
+        if bad >= 0:  # the chunk's state is not handed on (no checkpoint of it)
+            done = payload.first + len(delivered[names[0]])
+            metrics = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+            raise TrainingDiverged(TrainResult(payload.state, metrics), done, watched[bad],
+                                   cfg.num_updates)
         done = payload.first + len(payload.device_rows)
         state = payload.state._replace(env=env_state(done), behaviour_params=payload.behaviour)
         final = done == cfg.num_updates or stop.requested
@@ -257,12 +272,18 @@ def supervise(cfg: Any, threads: list[threading.Thread], events: queue.Queue,
 
 
 def deliver_chunk(chunk: Chunk, names: tuple[str, ...],
-                  callbacks: Callbacks) -> dict[str, np.ndarray]:
-    values = np.stack(jax.device_get(chunk.device_rows))  # [updates, metrics]
-    rows = dict(zip(names, values.T))
-    rows.update({k: np.asarray(v) for k, v in chunk.host_rows.items()})
+                  callbacks: Callbacks) -> tuple[dict[str, np.ndarray], int]:
+    """Hand the chunk's metric rows to the callbacks, up to and including the first update
+    that went non-finite; returns them and what went non-finite (an index in
+    ``Programs.watched``; -1: nothing)."""
+    values = np.stack(jax.device_get(chunk.device_rows))  # [updates, metrics + 1]
+    codes = values[:, len(names)].astype(np.int64)  # divergence.first_nonfinite per update
+    bad = np.flatnonzero(codes >= 0)
+    n = int(bad[0]) + 1 if bad.size else len(values)
+    rows = dict(zip(names, values[:n, :len(names)].T))
+    rows.update({k: np.asarray(v)[:n] for k, v in chunk.host_rows.items()})
     callbacks.on_metrics(chunk.first, rows)
-    return rows
+    return rows, (int(codes[bad[0]]) if bad.size else -1)
 
 
 def shut_down(pipeline: Pipeline, threads: list[threading.Thread]) -> None:

@@ -16,6 +16,7 @@ from jax.sharding import SingleDeviceSharding
 
 from jaxrl_async.algos import Algorithm
 from jaxrl_async.envs import merge_moments, obs_sums
+from jaxrl_async.runners import divergence
 from jaxrl_async.runners.common import (
     AXIS,
     collect,
@@ -47,7 +48,8 @@ class Programs(NamedTuple):
       device ``d`` (the carry is donated); ``pieces``: one packed ``(trajectory slice, episode
       sums)`` per learner device, the slice being that device's share of the stream's envs;
     - ``learner(state, batches) -> (state, metrics, params)``: one update over the learner
-      devices from one batch (all its pieces) per stream; ``metrics`` a vector (``metric_names``),
+      devices from one batch (all its pieces) per stream; ``metrics`` a vector (``metric_names``,
+      then ``divergence.first_nonfinite``, an index in ``watched`` or -1),
       ``params`` the new policy params, packed;
     - ``pack_params(state) -> params``: the packed policy params of a learner state;
     - ``init(key) -> RunState``: a fresh run (as ``common.init_state``, all envs).
@@ -59,6 +61,7 @@ class Programs(NamedTuple):
     init: Callable
     metric_names: tuple[str, ...]
     algo: Algorithm
+    watched: tuple[str, ...] = ()  # what the metrics vector's last entry indexes (divergence)
 
 
 def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Programs:
@@ -139,7 +142,8 @@ def compile_with_learner(cfg: Any, algo: Algorithm, where: Layout, init: Callabl
 
     def learner(state: RunState, batches: tuple[jax.Array, ...]):
         state, metrics, params = update(state, batches)
-        return state, jnp.stack([metrics[k].astype(jnp.float32) for k in names]), params
+        bad = divergence.first_nonfinite(state.learner, metrics).astype(jnp.float32)
+        return state, jnp.stack([metrics[k].astype(jnp.float32) for k in names] + [bad]), params
 
     def pack_params(state: RunState) -> jax.Array:
         return params_packing.pack(acting_params(algo, state))
@@ -152,7 +156,8 @@ def compile_with_learner(cfg: Any, algo: Algorithm, where: Layout, init: Callabl
     # One after the other: parallel compiles compete for the same cores (docs/results.md).
     compiled = [program.compile(options) for program in lowered]
     *actor_fns, learner_fn, pack_fn, init_fn = compiled
-    return Programs(actor_fns, learner_fn, pack_fn, init_fn, names, algo)
+    watched = divergence.watched(learner_state.learner, names)
+    return Programs(actor_fns, learner_fn, pack_fn, init_fn, names, algo, watched)
 
 
 def acting_params(algo: Algorithm, state: RunState) -> tuple[Any, Any]:

@@ -77,6 +77,38 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.result = result
 
 
+class TrainingDiverged(RuntimeError):
+    """Raised by a runner when an update's loss metrics or learner state went NaN or inf
+    (``divergence.first_nonfinite``), at the end of the chunk holding that update (the sync
+    runner's next chunk, in flight by then, stops after one update). No checkpoint of a
+    non-finite state is written (``CheckpointSink`` skips one); the metrics up to and
+    including ``update`` are delivered.
+
+    ``update``: the number of the update whose output was not finite (1 = the first update);
+    ``what``: the metric or learner part (``loss``, ``params``, ``opt_state`` ...);
+    ``result``: the partial result (its state is the diverged one); ``run_dir`` and
+    ``last_checkpoint`` (the newest, finite checkpoint's update, or None) are set by
+    ``jra.train`` when it writes a run directory."""
+
+    def __init__(self, result: TrainResult, update: int, what: str, total: int):
+        super().__init__()
+        self.result, self.update, self.what, self.total = result, update, what, total
+        self.run_dir: Any = None
+        self.last_checkpoint: int | None = None
+
+    def __str__(self) -> str:
+        text = (f"training diverged: {self.what} is NaN or inf after update {self.update} of "
+                f"{self.total}; training stopped at the end of that log chunk")
+        if self.run_dir is not None:
+            if self.last_checkpoint is None:
+                text += (f"; {self.run_dir} holds no checkpoint from before it (set "
+                         "checkpoint_every to keep some)")
+            else:
+                text += (f"; the last finite checkpoint is update {self.last_checkpoint} in "
+                         f"{self.run_dir}/checkpoints/{self.last_checkpoint}")
+        return text
+
+
 class StopOnInterrupt:
     """Ctrl-C handling for every host-level runner (the one place it lives).
 

@@ -23,6 +23,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxrl_async.envs import obs_sums
+from jaxrl_async.runners import divergence
 from jaxrl_async.runners.common import (
     AXIS,
     build,
@@ -42,6 +43,7 @@ from jaxrl_async.runners.state import (
     Callbacks,
     RunState,
     StopOnInterrupt,
+    TrainingDiverged,
     TrainingInterrupted,
     TrainResult,
 )
@@ -147,20 +149,20 @@ def run(
     callbacks.on_start(first)
     start = time.perf_counter()
     rows: list[dict] = []
-    pending: tuple[int, int, Any] | None = None
+    pending: tuple[int, int, Any, Any] | None = None
     with StopOnInterrupt() as stop:
         for begin in range(first, cfg.num_updates, chunk):
             n = min(chunk, cfg.num_updates - begin)
-            state, buffers = compiled(state, jnp.int32(n))  # dispatched; runs while we log
+            state, buffers, flag = compiled(state, jnp.int32(n))  # runs while we log
             if pending is not None:
-                rows.append(_deliver(pending, callbacks))
-            pending, end = (begin, n, buffers), begin + n
+                _deliver(pending, callbacks, rows, cfg, state)
+            pending, end = (begin, n, buffers, flag), begin + n
             final = end == cfg.num_updates or stop.requested
             callbacks.on_state(state, final=final, update=end)
             if final:
                 break
         if pending is not None:
-            rows.append(_deliver(pending, callbacks))
+            _deliver(pending, callbacks, rows, cfg, state)
         jax.block_until_ready(state)
     train_s = time.perf_counter() - start
 
@@ -184,17 +186,24 @@ def _host_programs(cfg: Any) -> tuple[Program, Callable, Callable, int]:
         shapes = jax.eval_shape(lambda s: prog.step(cfg, s, s.update + 1), state)[1]
         buffers = jax.tree.map(lambda s: jnp.zeros((chunk, *s.shape), s.dtype), shapes)
 
-        def body(i, carry):
-            state, buffers = carry
-            state, metrics = prog.step(cfg, state, state.update + 1)
-            return state, jax.tree.map(lambda b, m: b.at[i].set(m), buffers, metrics)
+        def more(carry):  # stops after an update whose numbers are not finite
+            i, _, _, bad = carry
+            return (i < n) & (bad < 0)
 
-        return lax.fori_loop(0, n, body, (state, buffers))
+        def body(carry):
+            i, state, buffers, _ = carry
+            state, metrics = prog.step(cfg, state, state.update + 1)
+            bad = divergence.first_nonfinite(state.learner, metrics)
+            return i + 1, state, jax.tree.map(lambda b, m: b.at[i].set(m), buffers, metrics), bad
+
+        i, state, buffers, bad = lax.while_loop(
+            more, body, (jnp.int32(0), state, buffers, jnp.int32(-1)))
+        return state, buffers, (i, bad)
 
     spec = prog.state_spec
     init_fn = jax.jit(spmd(prog.init, prog.num_devices, P(), spec))
     chunk_fn = jax.jit(
-        spmd(run_chunk, prog.num_devices, (spec, P()), (spec, P())),
+        spmd(run_chunk, prog.num_devices, (spec, P()), (spec, P(), P())),
         donate_argnums=0,
     )
     return prog, init_fn, chunk_fn, chunk
@@ -210,8 +219,19 @@ def place(state: RunState, prog: Program) -> RunState:
                         prog.state_spec, state, is_leaf=lambda x: isinstance(x, P))
 
 
-def _deliver(pending: tuple[int, int, Any], callbacks: Callbacks) -> dict:
-    begin, n, buffers = pending
-    rows = {k: v[:n] for k, v in to_numpy(buffers).items()}
-    callbacks.on_metrics(begin, rows)
-    return rows
+def _deliver(pending: tuple[int, int, Any, Any], callbacks: Callbacks, rows: list[dict],
+             cfg: Any, state: RunState) -> None:
+    """Hand a finished chunk's metric rows to the callbacks (and append them to ``rows``); if
+    an update of it went non-finite, only the rows up to that one, then raise
+    ``TrainingDiverged``. The chunk after it is in flight by then and stops after its first
+    update (the state is not finite); ``CheckpointSink`` writes no non-finite state."""
+    begin, n, buffers, flag = pending
+    ran, bad = (int(x) for x in jax.device_get(flag))
+    n = ran if bad >= 0 else n
+    rows.append({k: v[:n] for k, v in to_numpy(buffers).items()})
+    callbacks.on_metrics(begin, rows[-1])
+    if bad >= 0:
+        what = divergence.watched(state.learner, rows[-1])[bad]
+        metrics = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+        raise TrainingDiverged(TrainResult(state, metrics, None), begin + ran, what,
+                               cfg.num_updates)

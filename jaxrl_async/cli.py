@@ -146,6 +146,9 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 def cmd_train(argv: list[str]) -> int:
     args = _parse(train_parser(_algo_of(argv)), argv)
     final_episodes = vars(args).pop("final_eval_episodes", None)  # not a config field
+    if final_episodes is not None and final_episodes < 0:
+        return _fail(f"--eval-episodes: must be >= 0 (0: no evaluation after training), got "
+                     f"{final_episodes}")
     if final_episodes is not None and final_episodes > 0:  # given: the config's too
         args.eval_episodes = final_episodes
     tracker = options.tracker(args)  # --track: kept open for the evaluation
@@ -173,9 +176,6 @@ def _train(args: argparse.Namespace, tracker: Any, final_episodes: int) -> int:
         join_distributed(args)
     try:
         base, args.seed = options.train_base(args)
-        if args.resume and base is not None and args.algo != base.name:
-            raise ValueError(f"--algo {args.algo}: {Path(args.resume) / 'config.json'} is a "
-                             f"{base.name} run; drop --algo to resume it")
         cpu_devices_for_roles(args, base)
         cfg = config_from_args(args, base)
     except (ValueError, TypeError) as e:

@@ -5,6 +5,7 @@ Nothing here imports wandb: ``tracking`` does, when a tracker run starts."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 
@@ -88,8 +89,12 @@ def sweep_base(args: argparse.Namespace) -> Any:
 
 
 def _same_algo(args: argparse.Namespace, base: Any) -> None:
-    if base is not None and args.algo_given and args.algo != base.name:
-        raise ValueError(f"--algo {args.algo} differs from the config's algorithm {base.name}")
+    if base is None or not args.algo_given or args.algo == base.name:
+        return
+    if getattr(args, "resume", None):
+        raise ValueError(f"--algo {args.algo}: {Path(args.resume) / 'config.json'} is a "
+                         f"{base.name} run; drop --algo to resume it")
+    raise ValueError(f"--algo {args.algo} differs from the config's algorithm {base.name}")
 
 
 def tracker(args: argparse.Namespace) -> Any:

@@ -101,7 +101,7 @@ def test_every_resume_failure_is_a_checkpoint_error(cli_run, tmp_path, capsys):
         (dict(resume=tmp_path / "missing"), "not a run directory: it has no config.json"),
         (dict(resume=tmp_path / "a_file"), "not a run directory"),
         (dict(resume=tmp_path / "bad_json"), "is not valid JSON"),
-        (dict(resume=tmp_path / "bad_type"), "does not describe a config: unknown config type"),
+        (dict(resume=tmp_path / "bad_type"), "does not hold a valid config: unknown config type"),
         (dict(resume=tmp_path / "no_checkpoint"), "no checkpoint in"),
         (dict(resume=run, cfg=dataclasses.replace(saved, lr=1e-3)),
          r"different config: lr: 0.00025 -> 0.001"),

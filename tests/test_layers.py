@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "jaxrl_async"
 LAYERS = [
     ["jaxrl_async.envs", "jaxrl_async.distributed"],
     ["jaxrl_async.conv", "jaxrl_async.networks"],
-    ["jaxrl_async.config"],
+    ["jaxrl_async.config_fields", "jaxrl_async.config"],
     ["jaxrl_async.algos"],
     ["jaxrl_async.rollout"],
     ["jaxrl_async.runners"],

@@ -68,7 +68,8 @@ class DQNConfig(EpsilonGreedyFields, OptimizerFields, OffPolicyConfig):
     """Anneal the learning rate linearly to 0 over the gradient steps of the run."""
     layer_norm: bool = static(True, boolean)
     """LayerNorm after every hidden layer of the Q-network. It keeps TD learning from diverging
-    (Gallici et al., 2024): without it all 4 CartPole seeds tried here diverged (Q > 1000)."""
+    (Gallici et al., 2024): without it all 4 CartPole seeds tried here diverged (Q > 1000),
+    with td_loss="huber"."""
     double_q: bool = static(True, boolean)
     """Pick the bootstrap action with the online network, value it with the target network."""
     target_update_every: int = static(1, positive_int)

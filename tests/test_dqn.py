@@ -85,6 +85,20 @@ def test_target_network_periodic_copy_and_polyak():
     assert max(gaps) > 0
 
 
+def test_td_loss_mse_and_huber_against_numpy():
+    # CleanRL's dqn_jax.py: ((q_pred - next_q_value) ** 2).mean(); Huber (delta 1): 0.5 d^2
+    # within 1, |d| - 0.5 beyond. Errors on both sides of 1, one terminal-like (99).
+    from jaxrl_async.algos.dqn import td_error_loss
+
+    q = np.array([100.0, 3.0, 2.5, -1.0], np.float32)
+    target = np.array([1.0, 3.5, 2.5, 1.0], np.float32)
+    d = np.abs(q - target)
+    np.testing.assert_allclose(td_error_loss(q, target, "mse"), np.mean(d**2), rtol=1e-6)
+    huber = np.where(d <= 1, 0.5 * d**2, d - 0.5)
+    np.testing.assert_allclose(td_error_loss(q, target, "huber"), np.mean(huber), rtol=1e-6)
+    assert jra.DQNConfig().td_loss == "huber"
+
+
 @pytest.mark.parametrize("kwargs, field, match", [
     ({"env": "Pendulum-v1"}, "env", "must have discrete actions"),
     ({"samples_per_insert": 3.0}, "samples_per_insert", r"positive integer, it is 1\.5"),
@@ -92,6 +106,7 @@ def test_target_network_periodic_copy_and_polyak():
     ({"buffer_size": 1000}, "buffer_size", "multiple of num_envs \\* num_steps = 64"),
     ({"learning_starts": 8}, "learning_starts", "n_step \\* num_envs = 24"),
     ({"tau": 0.0}, "tau", r"must be in \(0.0, 1.0\]"),
+    ({"td_loss": "l2"}, "td_loss", "huber"),
 ])
 def test_bad_values_name_the_field(kwargs, field, match):
     with pytest.raises(ValueError, match=match) as e:

@@ -25,3 +25,30 @@ def test_every_row_has_its_published_settings_file():
     assert (blines.num_envs, blines.num_steps, blines.num_minibatches, blines.update_epochs,
             blines.gamma, blines.lr, blines.hidden_sizes, blines.total_timesteps) == (
         64, 128, 8, 4, 0.999, 5e-4, (256, 256), 10_000_000)
+
+
+def test_only_keeps_the_other_rows_of_results_json(tmp_path, monkeypatch):
+    # `--only ROW` runs one row; the rows an earlier run wrote stay in results.json and the
+    # table (a row run again replaces its own), in the suite's order. No training here.
+    import experiments.reproduce.__main__ as reproduce
+
+    def fake(config: str, mean: float) -> dict:
+        return {"config": config, "env": "E", "algo": "a", "budget": 1, "seeds": 1,
+                "published": 1.0, "published_std": None, "source": "s", "protocol": "train",
+                "note": "", "train_mean": mean, "train_std": 0.0, "eval_mean": mean,
+                "eval_std": 0.0, "eval_episodes": 1, "eval_greedy": True, "wall_s": 1.0,
+                "sps": 1.0, "curves": {}}
+
+    earlier = [fake("cleanrl_ppo_cartpole", 1.0), fake("cleanrl_dqn_cartpole", 2.0)]
+    (tmp_path / "results.json").write_text(json.dumps(earlier))
+    monkeypatch.setattr(reproduce, "plot", lambda row, path: None)
+    monkeypatch.setattr(reproduce, "run_row",
+                        lambda row, seeds, budget: fake(row.config, 3.0))
+    reproduce.main(["--suite", "classic", "--only", "rlzoo_sac_pendulum",
+                    "cleanrl_dqn_cartpole", "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "results.json").read_text())
+    assert [(r["config"], r["train_mean"]) for r in rows] == [
+        ("cleanrl_ppo_cartpole", 1.0), ("cleanrl_dqn_cartpole", 3.0),
+        ("rlzoo_sac_pendulum", 3.0)]
+    text = (tmp_path / "table.md").read_text()
+    assert "--only rlzoo_sac_pendulum cleanrl_dqn_cartpole" in text and text.count("| E |") == 3

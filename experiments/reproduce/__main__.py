@@ -5,9 +5,10 @@ Runs every row of a suite (``suites.py``) at its published settings
 program (``jra.sweep``'s ``run_points``, spread over the CPU cores), then writes beside each
 other in ``--out``: ``table.md`` (env, algorithm, budget, published figure with its source, ours
 as mean ± std over seeds, wall time, SPS), ``results.json`` and a learning-curve PNG per row.
-Ours is given both ways: the training return (episodes that ended in the last 10 updates, as
-CleanRL reports) and the final evaluation (``eval_every``: fresh envs after the last update, as
-RL Zoo and gymnax-blines report); the column matching the published protocol comes first.
+Ours is given both ways: the training return (episodes that ended in the last 1% of the
+updates, at least 10; CleanRL reports training returns) and the final evaluation
+(``eval_every``: fresh envs after the last update, as RL Zoo and gymnax-blines report); the
+column matching the published protocol comes first.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ import numpy as np  # noqa: E402
 
 from experiments.reproduce.suites import SUITES, Row  # noqa: E402
 from jaxrl_async.algos import from_dict  # noqa: E402
+from jaxrl_async.sinks import window_returns  # noqa: E402
 from jaxrl_async.sweep import run_points  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "published"
+TRAIN_CURVES = ("episode_return", "episode_return_sum", "episodes")
 
 
 def load(name: str):
@@ -49,12 +52,19 @@ def run_row(row: Row, seeds: int, budget: int | None) -> dict:
     start = time.perf_counter()
     result = run_points(cfg, [{}], seeds, progress=False)
     wall = time.perf_counter() - start
-    train, evals = result.final_return[0], result.final_eval_return[0]
+    # Training return: the episodes that ended in the last 1% of the updates (at least 10):
+    # with one env and 10-step updates (CleanRL's DQN) 10 updates are 100 env steps, shorter
+    # than one 500-step CartPole episode.
+    window = max(10, cfg.num_updates // 100)
+    train = window_returns({k: result.curves[k][0] for k in TRAIN_CURVES
+                            if k in result.curves}, window)
+    evals = result.final_eval_return[0]
     return {
         "config": row.config, "env": cfg.env, "algo": cfg.name,
         "budget": cfg.num_updates * cfg.steps_per_update, "seeds": seeds,
         "published": row.published, "published_std": row.published_std,
         "source": row.source.cite(), "protocol": row.protocol, "note": row.note,
+        "train_window_updates": window,
         "train_mean": float(np.nanmean(train)), "train_std": float(np.nanstd(train)),
         "eval_mean": float(np.nanmean(evals)), "eval_std": float(np.nanstd(evals)),
         "train_per_seed": train.tolist(), "eval_per_seed": evals.tolist(),
@@ -144,22 +154,30 @@ def main(argv: list[str] | None = None) -> int:
             plot(row, out / f"{row['config']}.png")
         print(table(rows))
         return 0
-    rows = []
+    # --only keeps the other rows of --out's results.json (a row run again replaces its own)
+    saved = out / "results.json"
+    kept = {r["config"]: r for r in json.loads(saved.read_text())} if (
+        args.only and saved.exists()) else {}
+    order = [row.config for row in SUITES[args.suite]]
+    rank = lambda r: order.index(r["config"]) if r["config"] in order else len(order)
     for row in SUITES[args.suite]:
         if args.only and row.config not in args.only:
             continue
         print(f"running {row.config} ({seeds} seeds) ...", file=sys.stderr, flush=True)
         result = run_row(row, seeds, args.budget)
         plot(result, out / f"{row.config}.png")
-        rows.append(result)
-        (out / "results.json").write_text(json.dumps(rows) + "\n")  # after every row
+        kept[row.config] = result
+        rows = sorted(kept.values(), key=rank)
+        saved.write_text(json.dumps(rows) + "\n")  # after every row
         print(json.dumps({k: v for k, v in result.items() if k != "curves"}), flush=True)
+    rows = sorted(kept.values(), key=rank)
     text = table(rows)
+    command = " ".join(["python -m experiments.reproduce", *(argv if argv is not None
+                                                                else sys.argv[1:])])
     (out / "table.md").write_text(
-        f"`python -m experiments.reproduce --suite {args.suite}"
-        + (f" --budget {args.budget}" if args.budget else "") + f"`, "
-        f"{datetime.date.today()}, {jax.device_count()} CPU device(s), JAX {jax.__version__}\n\n"
-        + text)
+        f"`{command}`, {datetime.date.today()}, {jax.device_count()} CPU device(s), JAX "
+        f"{jax.__version__}" + (" (rows not run by it: from an earlier run, see "
+                                "results.json)" if args.only else "") + "\n\n" + text)
     print(text)
     return 0
 

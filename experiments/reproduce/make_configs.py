@@ -14,12 +14,17 @@ cleanrl_ppo = dict(total_timesteps=500_000, num_envs=4, num_steps=128, num_minib
                    update_epochs=4, lr=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95,
                    clip_eps=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5,
                    hidden_sizes=(64, 64), activation="tanh", eval_every=98, **EVAL)
+# CleanRL cleanrl/dqn_jax.py: one env, a gradient step of 128 every 10 env steps (train
+# frequency 10: samples_per_insert 12.8), buffer 1e4, learning starts 1e4, hard target copy
+# every 500 env steps (50 gradient steps), eps 1 -> 0.05 over half the steps, Adam 2.5e-4
+# (eps 1e-8) without clipping, MSE loss on max-Q targets, Dense 120-84-A ReLU (flax default
+# init; ours orthogonal), truncation bootstraps (only `terminated` cuts the target).
 cleanrl_dqn = dict(total_timesteps=500_000, num_envs=1, num_steps=10, buffer_size=10_000,
                    batch_size=128, samples_per_insert=12.8, learning_starts=10_000, n_step=1,
                    lr=2.5e-4, anneal_lr=False, gamma=0.99, tau=1.0, target_update_every=50,
                    double_q=False, layer_norm=False, hidden_sizes=(120, 84), activation="relu",
                    eps_start=1.0, eps_end=0.05, eps_decay_fraction=0.5, max_grad_norm=1e6,
-                   eval_every=5000, log_every=500, **EVAL)
+                   td_loss="mse", eval_every=5000, log_every=500, **EVAL)
 cleanrl_pqn = dict(total_timesteps=500_000, num_envs=4, num_steps=128, num_minibatches=4,
                    update_epochs=4, lr=2.5e-4, anneal_lr=True, gamma=0.99, q_lambda=0.65,
                    layer_norm=True, hidden_sizes=(120, 84), activation="relu", eps_start=1.0,

@@ -49,9 +49,10 @@ SUITES: dict[str, list[Row]] = {
         Row("cleanrl_ppo_cartpole", 490.04, 6.12, CLEANRL_PPO, "train", CLEANRL_NOTE),
         Row("cleanrl_ppo_acrobot", -86.36, 1.32, CLEANRL_PPO, "train", CLEANRL_NOTE),
         Row("cleanrl_dqn_cartpole", 498.38, 2.29, CLEANRL_DQN, "train",
-            CLEANRL_NOTE + "; dqn_jax.py settings (no LayerNorm, hard target copy every 500 "
-            "steps, no gradient clipping)"),
-        Row("cleanrl_dqn_acrobot", -88.89, 1.56, CLEANRL_DQN, "train", CLEANRL_NOTE),
+            CLEANRL_NOTE + "; dqn_jax.py settings (MSE loss, no LayerNorm, hard target copy "
+            "every 500 env steps, no gradient clipping); ours initialises orthogonally"),
+        Row("cleanrl_dqn_acrobot", -88.89, 1.56, CLEANRL_DQN, "train",
+            CLEANRL_NOTE + "; dqn_jax.py settings as for CartPole"),
         Row("cleanrl_pqn_cartpole", 495.1, 6.9, CLEANRL_PQN, "train",
             CLEANRL_NOTE + "; CleanRL's pqn.py uses RAdam, ours Adam"),
         Row("cleanrl_pqn_acrobot", -95.6, 5.7, CLEANRL_PQN, "train", CLEANRL_NOTE),

@@ -43,6 +43,7 @@ from jaxrl_async.config import (
     config,
     hyper,
     in_range,
+    one_of,
     positive_int,
     redefault,
     static,
@@ -67,7 +68,8 @@ class DQNConfig(EpsilonGreedyFields, OptimizerFields, OffPolicyConfig):
     """Anneal the learning rate linearly to 0 over the gradient steps of the run."""
     layer_norm: bool = static(True, boolean)
     """LayerNorm after every hidden layer of the Q-network. It keeps TD learning from diverging
-    (Gallici et al., 2024): without it all 4 CartPole seeds tried here diverged (Q > 1000)."""
+    (Gallici et al., 2024): without it all 4 CartPole seeds tried here diverged (Q > 1000),
+    with td_loss="huber"."""
     double_q: bool = static(True, boolean)
     """Pick the bootstrap action with the online network, value it with the target network."""
     target_update_every: int = static(1, positive_int)
@@ -76,6 +78,12 @@ class DQNConfig(EpsilonGreedyFields, OptimizerFields, OffPolicyConfig):
     """Target update: target <- tau * online + (1 - tau) * target (1: a copy; with
     target_update_every=1 and a small tau: Polyak averaging)."""
     max_grad_norm: float = redefault(OptimizerFields, "max_grad_norm", 10.0)
+    td_loss: str = static("huber", one_of("huber", "mse"))
+    """Loss on the TD error: huber (optax.huber_loss, delta 1: quadratic within 1, linear
+    beyond) or mse (the mean squared error, as CleanRL's dqn.py and dqn_jax.py). Huber caps
+    each sample's gradient at 1, so rare large errors (CartPole's terminal steps, target 1
+    against Q near 100) weigh no more than small ones: at CleanRL's dqn_jax.py settings (no
+    LayerNorm, hard target copies) it did not learn CartPole here; mse did (docs/results.md)."""
 
     name = "dqn"
 
@@ -108,6 +116,14 @@ def learning_rate(cfg: DQNConfig) -> optax.Schedule | float:
     return linear_to_zero(cfg.lr, total_steps, cfg.anneal_lr)
 
 
+def td_error_loss(q: jax.Array, target: jax.Array, kind: str) -> jax.Array:
+    """The mean over the batch of ``kind`` (``DQNConfig.td_loss``) of the TD errors."""
+    chex.assert_equal_shape([q, target])
+    if kind == "mse":
+        return jnp.square(q - target).mean()
+    return optax.huber_loss(q, target).mean()
+
+
 def make_algorithm(cfg: DQNConfig, spec: EnvSpec) -> Algorithm:
     """DQN's init/act/learn for ``spec``; ``cfg``'s hyperparameters may be traced."""
     network = q_network_for(spec, cfg.resolved_torso, cfg.hidden_sizes, cfg.activation,
@@ -134,7 +150,7 @@ def make_algorithm(cfg: DQNConfig, spec: EnvSpec) -> Algorithm:
         bootstrap = jnp.take_along_axis(q_next_target, next_action[:, None], -1)[:, 0]
         target = jax.lax.stop_gradient(batch.n_step_return + batch.discount * bootstrap)
         q_taken = jnp.take_along_axis(q, batch.action[:, None].astype(jnp.int32), -1)[:, 0]
-        td_loss = optax.huber_loss(q_taken, target).mean()
+        td_loss = td_error_loss(q_taken, target, cfg.td_loss)
         return td_loss, {"loss": td_loss, "q_mean": q_taken.mean()}
 
     def gradient_step(learner: Learner, batch: ReplayBatch, axis_name):

@@ -70,9 +70,12 @@ def build(out: Path) -> tuple[Path, Path]:
             src.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, src / name)
     dist = out / "dist"
-    subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--skip-dependency-check",
-                    "--outdir", str(dist), str(src)], check=True, capture_output=True,
-                   text=True, env=clean_env())
+    done = subprocess.run([sys.executable, "-m", "build", "--no-isolation",
+                           "--skip-dependency-check", "--outdir", str(dist), str(src)],
+                          capture_output=True, text=True, env=clean_env())
+    if done.returncode:  # the backend's own words, not only an exit status
+        raise RuntimeError(f"python -m build failed (exit {done.returncode}):\n"
+                           f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
     return next(dist.glob("*.tar.gz")), next(dist.glob("*.whl"))
 
 

@@ -20,7 +20,9 @@ are interchangeable on the same params.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import chex
 import flax.linen as nn
@@ -60,25 +62,75 @@ def space_to_depth(x: jax.Array, kernel: jax.Array, stride: int) -> tuple[jax.Ar
     return x, kernel
 
 
-def conv2d(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None,
-           strides: Sequence[int] = (1, 1)) -> jax.Array:
-    """VALID 2-D convolution ``x [..., H, W, C] * kernel [kh, kw, C, O] (+ bias [O])
-    -> [..., oh, ow, O]``, equal to ``lax.conv_general_dilated`` with NHWC/HWIO/NHWC."""
+# Forward passes over a large batch (PPO's value pass over a whole rollout, 4096+ MinAtar
+# frames) run in chunks whose patches fit in a core's cache: materialised at once, the patches
+# of 4096 frames are 38 MB, and building and reading them from memory made the convolution cost
+# twice the dense layer after it. The gradient is the unchunked one (chunking under the gradient,
+# as a loop, was 1.7x slower: its transpose accumulates the kernel's gradient chunk by chunk).
+CHUNK_ABOVE_BYTES = 16 << 20  # chunk the forward when the patches would exceed this
+CHUNK_BYTES = 2 << 20  # the patches of one chunk
+
+
+def _conv2d(x: jax.Array, kernel: jax.Array, bias: jax.Array,
+            strides: tuple[int, int]) -> jax.Array:
     kh, kw, c, o = kernel.shape
-    chex.assert_axis_dimension(x, -1, c)
     (sh, sw) = strides
     if sh == sw > 1 and kh % sh == 0 and kw % sw == 0 and min(x.shape[-3:-1]) >= max(kh, kw):
         x, kernel = space_to_depth(x, kernel, sh)
         kh, kw, c, _ = kernel.shape
         strides = (1, 1)
-    cols = patches(x, (kh, kw), tuple(strides))
+    cols = patches(x, (kh, kw), strides)
     # The barrier keeps XLA from fusing the gather into the matmul: a fused operand sends the
     # dot to XLA:CPU's naive loop emitter (~30x slower than the library matmul on the
     # materialised patches). As a 2-D matmul the kernel's gradient is one library matmul too.
     cols = lax.optimization_barrier(cols)
     y = (cols.reshape(-1, kh * kw * c) @ kernel.reshape(kh * kw * c, o)).reshape(
         *cols.shape[:-1], o)
-    return y if bias is None else y + bias
+    return y + bias
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _chunked_conv2d(x: jax.Array, kernel: jax.Array, bias: jax.Array,
+                    strides: tuple[int, int], chunk: int) -> jax.Array:
+    """``_conv2d`` over ``x [N, H, W, C]`` in ``chunk``-frame pieces (``N`` padded up to a
+    multiple of ``chunk``, the padding's outputs dropped); its gradient is ``_conv2d``'s."""
+    n = x.shape[0]
+    pad = -n % chunk
+    xs = jnp.pad(x, ((0, pad), (0, 0), (0, 0), (0, 0))) if pad else x
+    y = lax.map(lambda piece: _conv2d(piece, kernel, bias, strides),
+                xs.reshape(-1, chunk, *x.shape[1:]))
+    return y.reshape(-1, *y.shape[2:])[:n]
+
+
+def _chunked_fwd(x, kernel, bias, strides, chunk):
+    return _chunked_conv2d(x, kernel, bias, strides, chunk), (x, kernel, bias)
+
+
+def _chunked_bwd(strides, chunk, residuals, cotangent):
+    return jax.vjp(lambda *args: _conv2d(*args, strides), *residuals)[1](cotangent)
+
+
+_chunked_conv2d.defvjp(_chunked_fwd, _chunked_bwd)
+
+
+def conv2d(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None,
+           strides: Sequence[int] = (1, 1)) -> jax.Array:
+    """VALID 2-D convolution ``x [..., H, W, C] * kernel [kh, kw, C, O] (+ bias [O])
+    -> [..., oh, ow, O]``, equal to ``lax.conv_general_dilated`` with NHWC/HWIO/NHWC."""
+    kh, kw, c, o = kernel.shape
+    chex.assert_axis_dimension(x, -1, c)
+    if bias is None:
+        bias = jnp.zeros((o,), jnp.result_type(x, kernel))
+    strides = (int(strides[0]), int(strides[1]))
+    height, width = x.shape[-3], x.shape[-2]
+    frame_bytes = (((height - kh) // strides[0] + 1) * ((width - kw) // strides[1] + 1)
+                   * kh * kw * c * x.dtype.itemsize)  # one frame's patches
+    frames = math.prod(x.shape[:-3])
+    if frames * frame_bytes <= CHUNK_ABOVE_BYTES or frames < 2:
+        return _conv2d(x, kernel, bias, strides)
+    chunk = max(1, min(frames // 2, CHUNK_BYTES // max(frame_bytes, 1)))
+    y = _chunked_conv2d(x.reshape(frames, *x.shape[-3:]), kernel, bias, strides, chunk)
+    return y.reshape(*x.shape[:-3], *y.shape[1:])
 
 
 def scale_frames(x: jax.Array) -> jax.Array:

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxrl_async import conv as conv_module
 from jaxrl_async.conv import Conv
 from jaxrl_async.networks import ActorCritic, NatureCNN, init_params, orthogonal
 
@@ -25,6 +26,40 @@ CASES = [
 
 @pytest.mark.parametrize("shape, features, size, stride", CASES)
 def test_conv_equals_flax_conv(shape, features, size, stride):
+    check_against_flax_conv(shape, features, size, stride)
+
+
+def test_chunked_forward_equals_lax_conv(monkeypatch):
+    """Large batches run the forward in chunks (here 3 x 3 MinAtar frames in chunks of 2, the
+    last padded); outputs and gradients stay those of ``lax.conv_general_dilated``."""
+    monkeypatch.setattr(conv_module, "CHUNK_ABOVE_BYTES", 0)
+    monkeypatch.setattr(conv_module, "CHUNK_BYTES", 2 * 8 * 8 * 36 * 4)  # 2 MinAtar frames' patches
+    rng = np.random.default_rng(0)  # numpy draws: no eager jax op to compile
+    x, kernel, bias, cotangent = (rng.standard_normal(shape, np.float32) for shape in
+                                  [(3, 3, 10, 10, 4), (3, 3, 4, 16), (16,), (3, 3, 8, 8, 16)])
+
+    def reference(x, kernel, bias):
+        y = jax.lax.conv_general_dilated(x.reshape(9, 10, 10, 4), kernel, (1, 1), "VALID",
+                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return y.reshape(3, 3, 8, 8, 16) + bias
+
+    assert "custom_vjp_call" in str(jax.make_jaxpr(conv_module.conv2d)(x, kernel, bias))  # chunked
+
+    def value_and_grads(f):
+        return jax.jit(jax.value_and_grad(lambda *a: jnp.sum(f(*a) * cotangent), (0, 1, 2)))(
+            x, kernel, bias)
+
+    (loss, grads), (loss_ref, grads_ref) = (value_and_grads(conv_module.conv2d),
+                                            value_and_grads(reference))
+    np.testing.assert_allclose(loss, loss_ref, rtol=1e-5)
+    y_ref = jax.jit(reference)(x, kernel, bias)
+    for g, g_ref in zip(grads, grads_ref):
+        np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-5 * float(np.abs(g_ref).max()))
+    y = jax.jit(conv_module.conv2d)(x, kernel, bias)
+    np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-5)
+
+
+def check_against_flax_conv(shape, features, size, stride):
     ours = Conv(features, (size, size), (stride, stride), kernel_init=orthogonal())
     flax = nn.Conv(features, (size, size), (stride, stride), padding="VALID",
                    kernel_init=orthogonal())
@@ -36,7 +71,8 @@ def test_conv_equals_flax_conv(shape, features, size, stride):
         np.testing.assert_array_equal(a, b)
     params = jax.tree.map(lambda p: p + 0.1, params)  # a non-zero bias
 
-    y, y_ref = jax.jit(ours.apply)(params, x), jax.jit(flax.apply)(params, x)
+    y = jax.jit(lambda p, x: ours.apply(p, x))(params, x)  # a fresh trace (no cached one)
+    y_ref = jax.jit(flax.apply)(params, x)
     assert y.shape == y_ref.shape
     np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-5)
 
@@ -47,7 +83,7 @@ def test_conv_equals_flax_conv(shape, features, size, stride):
                                 (0, 1)))(params, x)
 
     for g, g_ref in zip(jax.tree.leaves(grads(ours)), jax.tree.leaves(grads(flax))):
-        np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-5 * float(jnp.abs(g_ref).max()))
+        np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-5 * float(np.abs(g_ref).max()))
 
 
 def test_nature_cnn_scales_uint8_frames_inside_and_has_the_nature_shapes():

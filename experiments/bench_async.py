@@ -18,6 +18,10 @@ Figures (the words defined in docs/results.md), seconds per iteration, warm:
   pipeline's own cost (on a loaded machine T_parallel, not the pipeline, sets the limit);
 - ``T_anakin2``: the sync runner with ``SyncConfig(num_devices=2)``, same config, the whole
   run as one program (``jax.jit(jra.make_train(cfg))``);
+- ``handover_s``: one iteration's copies alone (the rollout to the learner device, the
+  params back), blocked; ``handover_dispatch_s``: the host time to dispatch them;
+- ``breakdown``: where ``T_async - T_parallel`` goes: fill and drain, the hand-over, the
+  learner's busy fraction inside the pipeline run and its idle time per iteration;
 - ``speedup = T_sync / T_async``, ``ideal = (R+U) / max(R,U)``,
   ``overlap_efficiency = (R+U-T_async) / (R+U-max(R,U))``, ``learner_busy = U / T_async``,
   ``speedup_vs_anakin2 = T_anakin2 / T_async``.
@@ -97,7 +101,10 @@ def main() -> None:
     def rollout(k):
         nonlocal carry
         carry, pieces = actor(params, carry, run_key, np.int32(k), stream.env_id, np.int32(k))
+        last_pieces[0] = pieces  # (the actor program donates its carry: keep what it made)
         return placement.to_learner(pieces, where)
+
+    last_pieces: list = [None]
 
     batch = jax.block_until_ready(rollout(0))
 
@@ -138,8 +145,31 @@ def main() -> None:
     compiled = setup.programs  # the pipeline reuses the programs timed above
     actor_learner.compile_programs = lambda *args: compiled
 
+    in_run: dict[str, list[float]] = {"learner_busy": [], "actor_busy": []}
+
     def pipeline(n, config=cfg):
-        return jra.train(config, seed=0, progress=False).timing["train_s"] / config.num_updates
+        timing = jra.train(config, seed=0, progress=False).timing
+        if config is cfg:  # the lag-1 pipeline: what its threads did inside the run
+            for name in in_run:
+                in_run[name].append(timing[name])
+        return timing["train_s"] / config.num_updates
+
+    new_params = learner(state, (batch,))[2]
+
+    def handovers(n):  # what the pipeline moves per iteration, alone and blocked
+        for _ in range(n):
+            jax.block_until_ready((placement.to_learner(last_pieces[0], where),
+                                   jax.device_put(new_params, where.actor_devices[0])))
+
+    def handover_dispatch(n):  # the host's share of it: dispatching the two copies
+        host = 0.0
+        for _ in range(n):
+            start = time.perf_counter()
+            copies = (placement.to_learner(last_pieces[0], where),
+                      jax.device_put(new_params, where.actor_devices[0]))
+            host += time.perf_counter() - start
+            jax.block_until_ready(copies)
+        return host / n
 
     free = dataclasses.replace(cfg, runner=jra.AsyncConfig(
         deterministic=False, queue_size=2, max_staleness=2, stale_policy="correct"))
@@ -152,7 +182,7 @@ def main() -> None:
         return (time.perf_counter() - start) / anakin.num_updates
 
     names = ["R", "U", "T_sync", "T_async_one_thread", "T_async", "T_async_free", "T_anakin2",
-             "T_parallel"]
+             "T_parallel", "handover_s", "handover_dispatch_s"]
     rounds: dict[str, list[float]] = {name: [] for name in names}
     n = args.updates
     for _ in range(args.rounds):
@@ -164,9 +194,30 @@ def main() -> None:
         rounds["T_async_free"].append(pipeline(n, free))
         rounds["T_anakin2"].append(anakin2(n))
         rounds["T_parallel"].append(per_iteration(unsynchronised, n))
+        rounds["handover_s"].append(per_iteration(handovers, n))
+        rounds["handover_dispatch_s"].append(handover_dispatch(n))
     times = {name: np.array(v) for name, v in rounds.items()}
     fig = {name: float(np.median(v)) for name, v in times.items()}
     fig.update(figures({name: float(np.median(v)) for name, v in times.items()}))
+    # Where T_async - T_parallel goes: the pipeline's fill and drain (one rollout before the
+    # first update, one update after the last rollout, spread over n), the hand-over's copies
+    # and host dispatch, and the learner's idle time inside the run.
+    busy = {name: float(np.median(v)) for name, v in in_run.items()}
+    fig.update({
+        "T_async_over_T_parallel": fig["T_async"] / fig["T_parallel"],
+        "per_round_T_async_over_T_parallel": [
+            round(a / b, 3) for a, b in zip(rounds["T_async"], rounds["T_parallel"])],
+        "breakdown": {
+            "rest_s": fig["T_async"] - fig["T_parallel"],
+            "fill_drain_s": (fig["R"] + fig["U"]) / n,
+            "handover_s": fig["handover_s"],
+            "handover_dispatch_s": fig["handover_dispatch_s"],
+            "learner_busy_in_run": busy["learner_busy"],
+            "actor_busy_in_run": busy["actor_busy"],
+            "learner_idle_s": fig["T_async"] * (1.0 - busy["learner_busy"]),
+            "learner_compute_in_run_s": fig["T_async"] * busy["learner_busy"],
+        },
+    })
     per_round = figures(times)  # the same ratios inside each round: a noisier view
     fig.update({
         "per_round_median": {k: float(np.median(v)) for k, v in per_round.items()},

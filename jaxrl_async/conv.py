@@ -10,8 +10,9 @@ its ``kh * kw`` shifted (strided) views of the input side by side on the channel
 XLA:CPU's fast path. A strided conv whose kernel is a multiple of its stride (the Nature-DQN's
 8x8/4, 4x4/2) first moves each stride x stride block onto the channel axis
 (``space_to_depth``): fewer, wider slices. (``lax.conv_general_dilated_patches`` builds the
-same patches with a convolution and is as slow as the convolution itself here.) Figures:
-docs/results.md.
+same patches with a convolution and is as slow as the convolution itself here.) A forward pass
+over a large batch (PPO's value pass over a whole rollout) runs in chunks whose patches fit in
+a core's cache; its gradient is the unchunked one. Figures: docs/results.md.
 
 ``Conv`` has the parameters of ``nn.Conv(features, kernel_size, strides, padding="VALID")``
 (``kernel [kh, kw, C, O]``, ``bias [O]``, the same initializers, the same names), so the two
@@ -65,7 +66,7 @@ def space_to_depth(x: jax.Array, kernel: jax.Array, stride: int) -> tuple[jax.Ar
 # Forward passes over a large batch (PPO's value pass over a whole rollout, 4096+ MinAtar
 # frames) run in chunks whose patches fit in a core's cache: materialised at once, the patches
 # of 4096 frames are 38 MB, and building and reading them from memory made the convolution cost
-# twice the dense layer after it. The gradient is the unchunked one (chunking under the gradient,
+# 4x the dense layer after it. The gradient is the unchunked one (chunking under the gradient,
 # as a loop, was 1.7x slower: its transpose accumulates the kernel's gradient chunk by chunk).
 CHUNK_ABOVE_BYTES = 16 << 20  # chunk the forward when the patches would exceed this
 CHUNK_BYTES = 2 << 20  # the patches of one chunk

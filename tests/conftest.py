@@ -80,7 +80,10 @@ def compile_once(module, name: str, key):
 def installed_package(tmp_path_factory):
     """The package built (sdist, then the wheel from it) and installed into a fresh venv outside
     the repository; the venv sees this environment's dependencies (experiments/install_check.py
-    --share-deps). Returns ``(python, sdist, wheel)``."""
+    --share-deps). Returns ``(python, sdist, wheel)``. Under xdist the workers share one
+    build (the run's base folder, under a lock): the notebooks and the packaging tests land on
+    different workers, and each build costs a wheel and a venv."""
+    import fcntl
     import importlib.util
     from pathlib import Path
 
@@ -88,7 +91,17 @@ def installed_package(tmp_path_factory):
     spec = importlib.util.spec_from_file_location("install_check", path)
     install_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(install_check)
-    root = tmp_path_factory.mktemp("installed")
-    sdist, wheel = install_check.build(root)
-    python = install_check.make_venv(root / "venv", wheel, "share-deps")
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # base is popen-gwN inside this run's folder
+        base = base.parent
+    root = base / "installed"
+    with open(base / "installed.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        python = root / "venv" / "bin" / "python"
+        if not (root / "done").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            sdist, wheel = install_check.build(root)
+            python = install_check.make_venv(root / "venv", wheel, "share-deps")
+            (root / "done").write_text(f"{sdist}\n{wheel}\n")
+        sdist, wheel = map(Path, (root / "done").read_text().split())
     return python, sdist, wheel, install_check

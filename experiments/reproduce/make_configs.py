@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import jaxrl_async as jra
+from experiments.reproduce.suites import RLZOO_PPO_PENDULUM, rlzoo_ppo_fields
 from jaxrl_async.config import to_dict
 
 out = Path("experiments/configs/published")
@@ -46,15 +47,12 @@ configs = {
                                         lr=1e-3, tau=0.005, gamma=0.99,
                                         hidden_sizes=(256, 256), activation="relu",
                                         eval_every=125, **EVAL),
-    # RL Zoo hyperparams/ppo.yml Pendulum-v1 (tuned): 4 envs x 1024 steps, batch 64 (64
-    # minibatches), 10 epochs, gamma 0.9, lambda 0.95, lr 1e-3, clip 0.2, ent 0, gSDE (not
-    # here: a state-independent Gaussian), SB3 defaults [64, 64] tanh, vf 0.5, grad norm 0.5.
-    "rlzoo_ppo_pendulum": jra.PPOConfig(env="Pendulum-v1", total_timesteps=102_400, num_envs=4,
-                                        num_steps=1024, num_minibatches=64, update_epochs=10,
-                                        gamma=0.9, gae_lambda=0.95, lr=1e-3, anneal_lr=False,
-                                        clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
-                                        max_grad_norm=0.5, hidden_sizes=(64, 64),
-                                        activation="tanh", log_every=5, eval_every=5, **EVAL),
+    # RL Zoo hyperparams/ppo.yml Pendulum-v1 on SB3's defaults (suites.rlzoo_ppo_fields: the
+    # entry's values, their mapping and what is not carried over: gSDE). 50 greedy evaluation
+    # episodes per seed (RL Zoo's figure: 750 deterministic episodes of one agent).
+    "rlzoo_ppo_pendulum": jra.PPOConfig(env="Pendulum-v1", **rlzoo_ppo_fields(RLZOO_PPO_PENDULUM),
+                                        log_every=5, eval_every=5,
+                                        **{**EVAL, "eval_episodes": 50}),
 }
 # gymnax-blines agents/<env>/ppo.yaml: MLP 256x2 on the flattened observation, relu.
 for game in ("Breakout", "SpaceInvaders", "Asterix", "Freeway"):

@@ -23,8 +23,9 @@ def test_every_row_has_its_published_settings_file():
             assert math.isnan(row.published) or len(row.source.commit) == 40
     blines = load("gymnax_blines_ppo_breakout")  # gymnax-blines agents/<env>/ppo.yaml
     assert (blines.num_envs, blines.num_steps, blines.num_minibatches, blines.update_epochs,
-            blines.gamma, blines.lr, blines.hidden_sizes, blines.total_timesteps) == (
-        64, 128, 8, 4, 0.999, 5e-4, (256, 256), 10_000_000)
+            blines.gamma, blines.lr, blines.hidden_sizes, blines.total_timesteps,
+            blines.minibatch_layout) == (
+        64, 128, 8, 4, 0.999, 5e-4, (256, 256), 10_000_000, "sample")
 
 
 def test_only_keeps_the_other_rows_of_results_json(tmp_path, monkeypatch):

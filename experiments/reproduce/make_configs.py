@@ -54,14 +54,16 @@ configs = {
                                         log_every=5, eval_every=5,
                                         **{**EVAL, "eval_episodes": 50}),
 }
-# gymnax-blines agents/<env>/ppo.yaml: MLP 256x2 on the flattened observation, relu.
+# gymnax-blines agents/<env>/ppo.yaml: MLP 256x2 on the flattened observation, relu; its
+# utils/ppo.py permutes the (step, env) samples one by one: minibatch_layout "sample" (each
+# env's own steps; docs/results.md has both layouts measured).
 for game in ("Breakout", "SpaceInvaders", "Asterix", "Freeway"):
     configs[f"gymnax_blines_ppo_{game.lower()}"] = jra.PPOConfig(
         env=f"{game}-MinAtar", torso="mlp", hidden_sizes=(256, 256), activation="relu",
         total_timesteps=10_000_000, num_envs=64, num_steps=128, num_minibatches=8,
-        update_epochs=4, gamma=0.999, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01,
-        vf_coef=0.5, lr=5e-4, anneal_lr=False, max_grad_norm=0.5, log_every=20, eval_every=122,
-        eval_episodes=164, eval_greedy=False)
+        update_epochs=4, minibatch_layout="sample", gamma=0.999, gae_lambda=0.95, clip_eps=0.2,
+        ent_coef=0.01, vf_coef=0.5, lr=5e-4, anneal_lr=False, max_grad_norm=0.5, log_every=20,
+        eval_every=122, eval_episodes=164, eval_greedy=False)
 # purejaxql config/alg/pqn_minatar.yaml: CNN, 128 envs x 32 steps, 32 minibatches, 2 epochs,
 # lr 5e-4 linear decay, grad norm 10, gamma 0.99, lambda 0.65, eps 1 -> 0.05 over 10%,
 # LayerNorm; greedy test on 128 envs every 5% of the updates.

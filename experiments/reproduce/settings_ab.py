@@ -52,10 +52,10 @@ def main(argv: list[str] | None = None) -> None:
             "row": args.row, "change": change, "budget": cfg.num_updates * cfg.steps_per_update,
             "seeds": args.seeds, "eval_episodes": cfg.eval_episodes,
             "eval_greedy": cfg.eval_greedy,
-            "final_eval": np.round(result.final_eval_return[0], 2).tolist(),
+            "final_eval": np.round(np.asarray(result.final_eval_return[0], float), 2).tolist(),
             "final_eval_mean": round(float(np.mean(result.final_eval_return[0])), 2),
             "train": np.round(train, 2).tolist(),
-            "eval_curve": {int(s): np.round(evals[:, i], 1).tolist()
+            "eval_curve": {int(s): np.round(evals[:, i].astype(float), 1).tolist()
                            for s, i in zip(evals_at, np.flatnonzero(due))},
             "wall_s": round(time.perf_counter() - start), "sps": round(result.timing["sps"]),
         }), flush=True)

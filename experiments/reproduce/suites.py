@@ -103,7 +103,9 @@ SUITES: dict[str, list[Row]] = {
     ],
 }
 BLINES_NOTE = ("gymnax-blines: one run, final evaluation of 164 episodes with sampled actions "
-               "(ppo.pkl); lr warm-up over the first 5% not reproduced (ours constant)")
+               "(ppo.pkl); its lr 'warm-up' runs from 5e-4 to 5e-4 (constant, as ours); its "
+               "per-sample minibatches as minibatch_layout 'sample' (each env's own steps); "
+               "initialisation orthogonal here, LeCun normal there")
 for game, figure in (("Breakout", 22.9), ("SpaceInvaders", 131.6), ("Asterix", None),
                      ("Freeway", None)):
     SUITES[f"minatar-{game.lower()}"] = [

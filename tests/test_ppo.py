@@ -92,3 +92,46 @@ def test_gradient_accumulation_gives_the_full_batch_result():
     np.testing.assert_allclose(full.metrics["loss"], accum.metrics["loss"], rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="PPOConfig.grad_accum_steps must divide"):
         jra.PPOConfig(**{**SMALL.__dict__, "grad_accum_steps": 3})
+
+
+def test_sample_layout_minibatches_partition_the_rollout(devices):
+    # minibatch_layout="sample": every env's time steps permuted on their own, a minibatch
+    # takes N/M of each env's: every (step, env) sample exactly once per epoch, minibatches
+    # mixing times across envs, and the same when the envs are split over 2 devices.
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    from jaxrl_async.algos.base import shuffled_minibatches
+
+    n, b, m = 16, 6, 4
+    ids = np.arange(n * b).reshape(n, b)  # sample id = step * b + env
+    data = (ids, np.stack([ids, -ids], -1))  # a trailing feature axis too
+    key = jax.random.key(7)
+    ids_mb, feat_mb = jax.jit(lambda d: shuffled_minibatches(key, d, m, "sample"))(data)
+    ids_mb, feat_mb = np.asarray(ids_mb), np.asarray(feat_mb)
+    assert ids_mb.shape == (m, n // m, b) and feat_mb.shape == (m, n // m, b, 2)
+    np.testing.assert_array_equal(feat_mb, np.stack([ids_mb, -ids_mb], -1))
+    np.testing.assert_array_equal(np.sort(ids_mb.ravel()), np.arange(n * b))  # each once
+    np.testing.assert_array_equal(ids_mb % b, np.broadcast_to(np.arange(b), ids_mb.shape))
+    steps = ids_mb // b  # [m, n/m, b]: the time step each slot holds, per env
+    assert (steps != steps[..., :1]).any(), "the envs share their time steps: 'time' layout"
+    # each env's slots, minibatch after minibatch, are a permutation of its own n steps
+    np.testing.assert_array_equal(np.sort(steps.reshape(n, b), 0),
+                                  np.broadcast_to(np.arange(n)[:, None], (n, b)))
+    # "time" layout, for contrast: one permutation shared by all envs
+    time_mb = np.asarray(shuffled_minibatches(key, ids, m, "time"))
+    np.testing.assert_array_equal(time_mb // b, np.broadcast_to((time_mb // b)[..., :1],
+                                                                time_mb.shape))
+    # the envs split over 2 devices (global env ids along the axis): the same minibatches
+    mesh = Mesh(np.array(devices[:2]), ("d",))
+    split = jax.jit(jax.shard_map(lambda x: shuffled_minibatches(key, x, m, "sample", "d"),
+                                  mesh=mesh, in_specs=P(None, "d"),
+                                  out_specs=P(None, None, "d")))
+    np.testing.assert_array_equal(np.asarray(split(ids)), ids_mb)
+
+
+def test_minibatch_layout_is_validated():
+    with pytest.raises(ValueError, match="minibatch_layout"):
+        jra.PPOConfig(minibatch_layout="env")
+    with pytest.raises(ValueError, match="minibatch_layout.*bptt_length"):
+        jra.RecurrentPPOConfig(env="CartPole-v1", minibatch_layout="sample")

@@ -23,8 +23,9 @@ def test_every_row_has_its_published_settings_file():
             assert math.isnan(row.published) or len(row.source.commit) == 40
     blines = load("gymnax_blines_ppo_breakout")  # gymnax-blines agents/<env>/ppo.yaml
     assert (blines.num_envs, blines.num_steps, blines.num_minibatches, blines.update_epochs,
-            blines.gamma, blines.lr, blines.hidden_sizes, blines.total_timesteps) == (
-        64, 128, 8, 4, 0.999, 5e-4, (256, 256), 10_000_000)
+            blines.gamma, blines.lr, blines.hidden_sizes, blines.total_timesteps,
+            blines.minibatch_layout) == (
+        64, 128, 8, 4, 0.999, 5e-4, (256, 256), 10_000_000, "sample")
 
 
 def test_only_keeps_the_other_rows_of_results_json(tmp_path, monkeypatch):
@@ -52,3 +53,24 @@ def test_only_keeps_the_other_rows_of_results_json(tmp_path, monkeypatch):
         ("rlzoo_sac_pendulum", 3.0)]
     text = (tmp_path / "table.md").read_text()
     assert "--only rlzoo_sac_pendulum cleanrl_dqn_cartpole" in text and text.count("| E |") == 3
+
+
+def test_rlzoo_ppo_pendulum_carries_the_rlzoo_entry_over():
+    # The settings file holds RL Zoo's hyperparams/ppo.yml Pendulum-v1 entry on SB3's PPO
+    # defaults; the first file carried clip_value=True over (SB3: clip_range_vf=None, no value
+    # clipping), which stalls the value function on Pendulum's returns (-1145 against -172).
+    from experiments.reproduce.suites import RLZOO_PPO_PENDULUM, rlzoo_ppo_fields
+
+    cfg = load("rlzoo_ppo_pendulum")
+    fields = rlzoo_ppo_fields(RLZOO_PPO_PENDULUM)
+    assert {k: getattr(cfg, k) for k in fields} == fields
+    assert RLZOO_PPO_PENDULUM["n_steps"] == 1024 and "batch_size" not in RLZOO_PPO_PENDULUM
+    assert (cfg.num_envs, cfg.num_steps, cfg.num_minibatches, cfg.update_epochs) == (
+        4, 1024, 4 * 1024 // 64, 10)  # SB3 batch_size 64: 64 minibatches of single samples
+    assert cfg.total_timesteps == 102_400  # SB3 rolls out until 1e5 steps: 25 updates
+    assert (cfg.gamma, cfg.gae_lambda, cfg.lr, cfg.clip_eps, cfg.ent_coef) == (
+        0.9, 0.95, 1e-3, 0.2, 0.0)
+    assert cfg.clip_value is False and not cfg.anneal_lr and not cfg.normalize_obs
+    assert cfg.vf_coef == 1.0 and cfg.max_grad_norm == 0.5  # SB3 0.5 * mse = ours 1.0 * mse/2
+    assert cfg.minibatch_layout == "sample" and cfg.hidden_sizes == (64, 64)
+    assert cfg.activation == "tanh" and cfg.normalize_advantages

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import jaxrl_async as jra
+from experiments.reproduce.suites import RLZOO_PPO_PENDULUM, rlzoo_ppo_fields
 from jaxrl_async.config import to_dict
 
 out = Path("experiments/configs/published")
@@ -46,24 +47,23 @@ configs = {
                                         lr=1e-3, tau=0.005, gamma=0.99,
                                         hidden_sizes=(256, 256), activation="relu",
                                         eval_every=125, **EVAL),
-    # RL Zoo hyperparams/ppo.yml Pendulum-v1 (tuned): 4 envs x 1024 steps, batch 64 (64
-    # minibatches), 10 epochs, gamma 0.9, lambda 0.95, lr 1e-3, clip 0.2, ent 0, gSDE (not
-    # here: a state-independent Gaussian), SB3 defaults [64, 64] tanh, vf 0.5, grad norm 0.5.
-    "rlzoo_ppo_pendulum": jra.PPOConfig(env="Pendulum-v1", total_timesteps=102_400, num_envs=4,
-                                        num_steps=1024, num_minibatches=64, update_epochs=10,
-                                        gamma=0.9, gae_lambda=0.95, lr=1e-3, anneal_lr=False,
-                                        clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
-                                        max_grad_norm=0.5, hidden_sizes=(64, 64),
-                                        activation="tanh", log_every=5, eval_every=5, **EVAL),
+    # RL Zoo hyperparams/ppo.yml Pendulum-v1 on SB3's defaults (suites.rlzoo_ppo_fields: the
+    # entry's values, their mapping and what is not carried over: gSDE). 50 greedy evaluation
+    # episodes per seed (RL Zoo's figure: 750 deterministic episodes of one agent).
+    "rlzoo_ppo_pendulum": jra.PPOConfig(env="Pendulum-v1", **rlzoo_ppo_fields(RLZOO_PPO_PENDULUM),
+                                        log_every=5, eval_every=5,
+                                        **{**EVAL, "eval_episodes": 50}),
 }
-# gymnax-blines agents/<env>/ppo.yaml: MLP 256x2 on the flattened observation, relu.
+# gymnax-blines agents/<env>/ppo.yaml: MLP 256x2 on the flattened observation, relu; its
+# utils/ppo.py permutes the (step, env) samples one by one: minibatch_layout "sample" (each
+# env's own steps; docs/results.md has both layouts measured).
 for game in ("Breakout", "SpaceInvaders", "Asterix", "Freeway"):
     configs[f"gymnax_blines_ppo_{game.lower()}"] = jra.PPOConfig(
         env=f"{game}-MinAtar", torso="mlp", hidden_sizes=(256, 256), activation="relu",
         total_timesteps=10_000_000, num_envs=64, num_steps=128, num_minibatches=8,
-        update_epochs=4, gamma=0.999, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01,
-        vf_coef=0.5, lr=5e-4, anneal_lr=False, max_grad_norm=0.5, log_every=20, eval_every=122,
-        eval_episodes=164, eval_greedy=False)
+        update_epochs=4, minibatch_layout="sample", gamma=0.999, gae_lambda=0.95, clip_eps=0.2,
+        ent_coef=0.01, vf_coef=0.5, lr=5e-4, anneal_lr=False, max_grad_norm=0.5, log_every=20,
+        eval_every=122, eval_episodes=164, eval_greedy=False)
 # purejaxql config/alg/pqn_minatar.yaml: CNN, 128 envs x 32 steps, 32 minibatches, 2 epochs,
 # lr 5e-4 linear decay, grad norm 10, gamma 0.99, lambda 0.65, eps 1 -> 0.05 over 10%,
 # LayerNorm; greedy test on 128 envs every 5% of the updates.

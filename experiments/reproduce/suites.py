@@ -42,6 +42,41 @@ BLINES = Source("RobertTLange/gymnax-blines", "agents/<env>/ppo.yaml, ppo.pkl",
 PUREJAXQL = Source("mttga/purejaxql", "purejaxql/config/alg/pqn_minatar.yaml",
                    "0cd95edadc03fb85a0825ada20ea8803913c3247")
 
+# RL Zoo hyperparams/ppo.yml, the Pendulum-v1 entry (the same at the benchmark's commit
+# 0088472 and at 22e3ff2450fd92033f7f032915e1f64894a09584), as written there.
+RLZOO_PPO_PENDULUM = dict(n_envs=4, n_timesteps=1e5, policy="MlpPolicy", n_steps=1024,
+                          gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0,
+                          learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4)
+# What the entry leaves to Stable-Baselines3's defaults (DLR-RM/stable-baselines3 @
+# e05d2dbe6eda0acd0ef2e316e3e4065677add3eb: ppo/ppo.py, common/policies.py ActorCriticPolicy,
+# rl_zoo's `normalize` absent: no VecNormalize).
+SB3_PPO_DEFAULTS = dict(batch_size=64, clip_range_vf=None, normalize_advantage=True,
+                        vf_coef=0.5, max_grad_norm=0.5, net_arch=(64, 64), activation_fn="tanh",
+                        ortho_init=True, log_std_init=0.0, adam_eps=1e-5, normalize=False)
+
+
+def rlzoo_ppo_fields(entry: dict, defaults: dict = SB3_PPO_DEFAULTS) -> dict:
+    """Our PPOConfig fields for an RL Zoo PPO entry on top of SB3's defaults. Not carried over:
+    ``use_sde``/``sde_sample_freq`` (gSDE; ours a state-independent Gaussian). The same in
+    both without a field: orthogonal init with SB3's gains (sqrt 2 hidden, 0.01 policy, 1 value),
+    log-std 0, Adam eps 1e-5, separate actor and critic networks."""
+    hp = {**defaults, **entry}
+    if hp["normalize"] or hp["ortho_init"] is not True or hp["log_std_init"] != 0.0:
+        raise ValueError("rlzoo_ppo_fields: VecNormalize, ortho_init=False and log_std_init "
+                         "!= 0 have no field here")
+    batch = hp["n_envs"] * hp["n_steps"]
+    updates = -(-int(hp["n_timesteps"]) // batch)  # SB3 collects until n_timesteps is reached
+    return dict(num_envs=hp["n_envs"], num_steps=hp["n_steps"], total_timesteps=updates * batch,
+                num_minibatches=batch // hp["batch_size"], minibatch_layout="sample",
+                update_epochs=hp["n_epochs"], gamma=hp["gamma"], gae_lambda=hp["gae_lambda"],
+                lr=hp["learning_rate"], anneal_lr=False, clip_eps=hp["clip_range"],
+                clip_value=hp["clip_range_vf"] is not None, ent_coef=hp["ent_coef"],
+                vf_coef=2 * hp["vf_coef"],  # SB3: vf_coef * mse; ours: vf_coef * mse / 2
+                max_grad_norm=hp["max_grad_norm"], hidden_sizes=tuple(hp["net_arch"]),
+                activation=hp["activation_fn"], normalize_advantages=hp["normalize_advantage"],
+                normalize_obs=hp["normalize"])
+
+
 CLEANRL_NOTE = ("CleanRL: mean episodic training return over 3 seeds (std over seeds); gymnasium "
                 "env, ours gymnax's")
 SUITES: dict[str, list[Row]] = {
@@ -60,12 +95,17 @@ SUITES: dict[str, list[Row]] = {
             "RL Zoo: one trained agent, deterministic evaluation over 750 episodes (std over "
             "episodes)"),
         Row("rlzoo_ppo_pendulum", -172.225, 104.159, RLZOO, "eval",
-            "RL Zoo: one agent, deterministic evaluation over 750 episodes; it uses gSDE "
-            "(use_sde, sde_sample_freq 4), ours a state-independent Gaussian"),
+            "RL Zoo: one agent, deterministic evaluation over 750 episodes; every setting of "
+            "its hyperparams/ppo.yml entry and SB3's defaults carried over (value loss not "
+            "clipped, vf_coef 1.0 = SB3's 0.5 on a loss without the 1/2, per-sample "
+            "minibatches) but gSDE (use_sde, sde_sample_freq 4): ours a state-independent "
+            "Gaussian; 50 greedy evaluation episodes per seed"),
     ],
 }
 BLINES_NOTE = ("gymnax-blines: one run, final evaluation of 164 episodes with sampled actions "
-               "(ppo.pkl); lr warm-up over the first 5% not reproduced (ours constant)")
+               "(ppo.pkl); its lr 'warm-up' runs from 5e-4 to 5e-4 (constant, as ours); its "
+               "per-sample minibatches as minibatch_layout 'sample' (each env's own steps); "
+               "initialisation orthogonal here, LeCun normal there")
 for game, figure in (("Breakout", 22.9), ("SpaceInvaders", 131.6), ("Asterix", None),
                      ("Freeway", None)):
     SUITES[f"minatar-{game.lower()}"] = [

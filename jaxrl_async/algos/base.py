@@ -212,13 +212,33 @@ def standardize(x: jax.Array, axis_name: str | None) -> jax.Array:
     return (x - mean) / (std + 1e-8)
 
 
-def shuffled_minibatches(key: jax.Array, data: Any, num_minibatches: int) -> Any:
-    """``[N, ...]`` leaves to ``[M, N/M, ...]``: one random permutation of the leading axis
-    (time steps or time chunks), the same for every env. It depends on the key alone, so the
-    minibatches are the same whatever the number of devices the envs are split over."""
-    n = jax.tree.leaves(data)[0].shape[0]
-    order = jax.random.permutation(key, n)
-    return jax.tree.map(lambda x: x[order].reshape(num_minibatches, -1, *x.shape[1:]), data)
+MINIBATCH_LAYOUTS = ("time", "sample")
+
+
+def shuffled_minibatches(key: jax.Array, data: Any, num_minibatches: int,
+                         layout: str = "time", axis_name: str | None = None) -> Any:
+    """``[N, B, ...]`` leaves to ``[M, N/M, B, ...]`` minibatches that hold every sample once.
+
+    ``layout="time"``: one random permutation of the leading axis (time steps or time chunks),
+    the same for every env: a minibatch holds N/M whole time steps of all envs.
+    ``layout="sample"``: every env's time steps permuted on their own (its key folds in the
+    env's global index, offset along ``axis_name``), so a minibatch holds N/M random steps of
+    each env, different steps for different envs (leaves need the env axis B).
+
+    Either depends on the key (and the global env index) alone, so the minibatches are the same
+    whatever the number of devices the envs are split over."""
+    leaf = jax.tree.leaves(data)[0]
+    n = leaf.shape[0]
+    reshape = lambda x: x.reshape(num_minibatches, -1, *x.shape[1:])
+    if layout == "time":
+        order = jax.random.permutation(key, n)
+        return jax.tree.map(lambda x: reshape(x[order]), data)
+    b = leaf.shape[1]
+    offset = lax.axis_index(axis_name) * b if axis_name is not None else 0
+    env_ids = offset + jnp.arange(b)
+    orders = jax.vmap(lambda i: jax.random.permutation(jax.random.fold_in(key, i), n))(env_ids)
+    rows, cols = orders.T, jnp.arange(b)  # [N, B]: the step each slot takes, per env
+    return jax.tree.map(lambda x: reshape(x[rows, cols]), data)
 
 
 def minibatch_epochs(
@@ -232,11 +252,13 @@ def minibatch_epochs(
     axis_name: str | None,
     prepare: Callable[[Any], Any] = lambda minibatch: minibatch,
     micro_batches: int = 1,
+    layout: str = "time",
 ) -> tuple[LearnerState, dict]:
     """``num_epochs`` passes of ``num_minibatches`` gradient steps of ``loss(params, minibatch)``
-    over ``data`` (shuffled along its leading axis); gradients and metrics pmean-ed. Each
-    minibatch goes through ``prepare`` (statistics over the whole minibatch), then its gradient
-    is accumulated over ``micro_batches`` slices of its leading axis (``accumulated_grad``)."""
+    over ``data`` (shuffled by ``shuffled_minibatches`` in ``layout``); gradients and metrics
+    pmean-ed. Each minibatch goes through ``prepare`` (statistics over the whole minibatch),
+    then its gradient is accumulated over ``micro_batches`` slices of its leading axis
+    (``accumulated_grad``)."""
 
     def gradient_step(state: LearnerState, minibatch: Any):
         grads, metrics = accumulated_grad(loss, state.params, (prepare(minibatch),),
@@ -246,7 +268,8 @@ def minibatch_epochs(
         return LearnerState(optax.apply_updates(state.params, updates), opt_state), metrics
 
     def epoch(state: LearnerState, epoch_key: jax.Array):
-        minibatches = shuffled_minibatches(epoch_key, data, num_minibatches)
+        minibatches = shuffled_minibatches(epoch_key, data, num_minibatches, layout,
+                                           axis_name)
         return lax.scan(gradient_step, state, minibatches)
 
     state, metrics = lax.scan(epoch, state, jax.random.split(key, num_epochs))

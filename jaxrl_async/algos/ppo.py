@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxrl_async.algos.base import (
+    MINIBATCH_LAYOUTS,
     Algorithm,
     LearnerState,
     Trajectory,
@@ -31,6 +32,7 @@ from jaxrl_async.config import (
     hyper,
     in_range,
     non_negative,
+    one_of,
     positive,
     positive_int,
     static,
@@ -47,6 +49,11 @@ class PPOConfig(OptimizerFields, TrainConfig):
     """Passes over each rollout."""
     num_minibatches: int = static(4, positive_int)
     """Minibatches per epoch; each holds num_steps / num_minibatches random steps of every env."""
+    minibatch_layout: str = static("time", one_of(*MINIBATCH_LAYOUTS))
+    """Which steps a minibatch takes: 'time': the same random time steps of every env (one
+    permutation of the time steps per epoch); 'sample': each env's own random time steps (one
+    permutation per env), so a minibatch mixes times across envs, as per-sample shuffling does
+    (gymnax-blines, Stable-Baselines3)."""
     gae_lambda: float = hyper(0.95, in_range(0.0, 1.0))
     """GAE lambda."""
     clip_eps: float = hyper(0.2, positive)
@@ -157,9 +164,10 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
         # 1. Advantages: GAE, bootstrapping truncated episodes from V(final observation).
         advantages, targets = advantages_and_targets(network, state.params, traj, cfg)
 
-        # 2. Epochs of minibatch steps. A minibatch holds the same T/M random time steps of
-        #    every env (the same on any number of devices, see ``shuffled_minibatches``);
-        #    its advantages are standardised before it is split into micro-batches.
+        # 2. Epochs of minibatch steps. A minibatch holds T/M random time steps of every env
+        #    (the same ones, or each env's own: ``minibatch_layout``; the same on any number of
+        #    devices, see ``shuffled_minibatches``); its advantages are standardised before it
+        #    is split into micro-batches.
         def prepare(minibatch):
             obs, action, extras, adv, target = minibatch
             if cfg.normalize_advantages:
@@ -168,7 +176,8 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
 
         data = (traj.obs, traj.action, traj.extras, advantages, targets)  # [T, B, ...]
         return minibatch_epochs(loss, optimizer, state, data, key, cfg.update_epochs,
-                                cfg.num_minibatches, axis_name, prepare, cfg.grad_accum_steps)
+                                cfg.num_minibatches, axis_name, prepare, cfg.grad_accum_steps,
+                                cfg.minibatch_layout)
 
     return Algorithm(init=init, act=memoryless(act), learn=learn, eval_act=memoryless(eval_act,
                      evaluation=True))

@@ -48,6 +48,9 @@ class RecurrentPPOConfig(PPOConfig):
         if self.resolved_torso in ("cnn", "nature"):
             fail(self, "torso", "must be 'mlp' (image observations are then flattened; the "
                  "recurrent network has no CNN)")
+        if self.minibatch_layout != "time":
+            fail(self, "minibatch_layout", "must be 'time' (a minibatch is a set of whole "
+                 "chunks of bptt_length steps, the GRU runs through them in order)")
         if self.num_steps % self.bptt_length:
             fail(self, "bptt_length", f"must divide num_steps = {self.num_steps}")
         if (self.num_steps // self.bptt_length) % self.num_minibatches:

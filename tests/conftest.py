@@ -105,3 +105,21 @@ def installed_package(tmp_path_factory):
             (root / "done").write_text(f"{sdist}\n{wheel}\n")
         sdist, wheel = map(Path, (root / "done").read_text().split())
     return python, sdist, wheel, install_check
+
+
+# --------------------------------------------------------------------------- the order of files
+# make test spreads whole files over two workers (--dist loadfile) in collection order. With
+# the longest files first (longest-processing-time-first), the last files handed out are short
+# ones and the two workers end together; alphabetically, a long file handed out last kept one
+# worker busy minutes after the other had finished. Longest first, as measured in CI (wall
+# seconds of a file's tests, 2 workers); the files not named keep their order, after these.
+LONGEST_FIRST = ("test_distributed", "test_async", "test_checkpoint", "test_ppo",
+                 "test_host_envs", "test_algos_async", "test_env_suites", "test_lag",
+                 "test_recurrent", "test_conv", "test_env_registry", "test_pqn", "test_sac",
+                 "test_notebooks", "test_eval_every", "test_dqn", "test_data_order",
+                 "test_entry_points", "test_sweep", "test_user_trips")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: files stay whole

@@ -45,13 +45,15 @@ class Transition(NamedTuple):
 
 def make_train(num_envs=4, num_steps=128, total_timesteps=500_000, epochs=4, minibatches=4,
                lr=2.5e-4, gamma=0.99, lam=0.95, clip=0.2, ent=0.01, vf=0.5, max_grad_norm=0.5,
-               env_id="CartPole-v1"):
+               env_id="CartPole-v1", anneal_lr=True):
     env, env_params = gymnax.make(env_id)
     num_updates = total_timesteps // num_envs // num_steps
     minibatch_size = num_envs * num_steps // minibatches
     net = ActorCritic(env.action_space(env_params).n)
 
     def schedule(count):
+        if not anneal_lr:
+            return lr
         return lr * (1.0 - (count // (minibatches * epochs)) / num_updates)
 
     tx = optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(schedule, eps=1e-5))

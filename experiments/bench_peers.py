@@ -10,7 +10,9 @@ epochs of 4 minibatches, tanh 64x64 actor and critic, gamma 0.99, GAE 0.95, clip
   constant lr) x 2 seeds, 195 updates (99,840 steps) per run, all 32 runs ``vmap``-ed in ONE
   program on ONE CPU device. Ours is ``jra.sweep``; rejax is its PPO pytree with
   ``learning_rate`` and ``ent_coef`` replaced by the vmapped values; the baseline is
-  ``baseline_ppo.make_train`` called inside the vmap with traced lr and ent_coef.
+  ``baseline_ppo.make_train`` called inside the vmap with traced lr and ent_coef, its orthogonal
+  init the library's LAPACK-free one (flax's is a batched LAPACK QR under ``vmap``, which hung
+  this benchmark twice on XLA:CPU, docs/design.md; same distribution).
 
 Each side is compiled once (timed), then the sides are run in turn ``--repeats`` times (ours,
 rejax, baseline, ours, ...), so a busy neighbour slows all of them alike; train times are
@@ -49,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import baseline_ppo  # noqa: E402
 
 import jaxrl_async as jra  # noqa: E402
+from jaxrl_async.networks import orthogonal  # noqa: E402
 
 GRID = {"lr": [1e-4, 3e-4, 1e-3, 3e-3], "ent_coef": [0.0, 0.003, 0.01, 0.03]}
 NUM_ENVS, NUM_STEPS = 4, 128
@@ -116,12 +119,13 @@ def rejax_train(num_updates: int) -> Any:
     return train
 
 
-def baseline_train(num_updates: int, anneal: bool) -> Any:
+def baseline_train(num_updates: int, anneal: bool, orthogonal: Any = None) -> Any:
+    """``(lr, ent_coef, key) -> training return per update`` of ``baseline_ppo.py``."""
     def train(lr, ent_coef, key):
         return baseline_ppo.make_train(
             num_envs=NUM_ENVS, num_steps=NUM_STEPS,
             total_timesteps=num_updates * NUM_ENVS * NUM_STEPS, lr=lr, ent=ent_coef,
-            anneal_lr=anneal)(key)[1]
+            anneal_lr=anneal, orthogonal=orthogonal)(key)[1]
 
     return train
 
@@ -206,7 +210,7 @@ def workload(name: str, repeats: int, seeds: int) -> dict:
         keys = jax.vmap(jax.random.key)(jnp.tile(jnp.arange(seeds), len(points)))
         sides = [OurSweep(ours_cfg(num_updates, anneal=False), seeds),
                  Side("rejax", jax.vmap(rejax_train(num_updates)), (lrs, ents, keys)),
-                 Side("baseline", jax.vmap(baseline_train(num_updates, anneal=False)),
+                 Side("baseline", jax.vmap(baseline_train(num_updates, False, orthogonal)),
                       (lrs, ents, keys))]
         runs = len(points) * seeds
     for _ in range(repeats):  # interleaved

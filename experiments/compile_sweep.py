@@ -23,8 +23,8 @@ jra.use_cpu_cores()
 
 import numpy as np  # noqa: E402
 
-from jaxrl_async import sweep  # noqa: E402
 from jaxrl_async.runners.common import compiler_options  # noqa: E402
+from jaxrl_async.sweep import _program, _stack, grid_points  # noqa: E402
 
 GRID = {"lr": [1e-4, 3e-4, 1e-3, 3e-3], "ent_coef": [0.0, 0.003, 0.01, 0.03]}
 
@@ -39,17 +39,17 @@ def main() -> None:
                          "--xla_force_host_platform_device_count=2)")
     cfg = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=128,
                         total_timesteps=args.total_timesteps, anneal_lr=False)
-    configs = [dataclasses.replace(cfg, **p) for p in sweep.grid_points(GRID)]
+    configs = [dataclasses.replace(cfg, **p) for p in grid_points(GRID)]
     runs = [c for c in configs for _ in range(2)]
-    stacked = sweep._stack(runs)
+    stacked = _stack(runs)
     seeds = np.tile(np.arange(2, dtype=np.int32), len(configs))
     options = tuple(sorted(compiler_options(cfg).items()))
     figures: dict = {d: {"lower_s": [], "compile_s": []} for d in (1, 2)}
     for _ in range(args.repeats):
         for devices in (1, 2):
             jax.clear_caches()
-            sweep._program.cache_clear()
-            program = sweep._program(devices, cfg.num_updates, cfg.log_every, False, options)
+            _program.cache_clear()
+            program = _program(devices, cfg.num_updates, cfg.log_every, False, options)
             start = time.perf_counter()
             lowered = program.lower(stacked, seeds)
             mid = time.perf_counter()

@@ -58,6 +58,7 @@ bench-peers: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
 	$(PY) experiments/bench_peers.py
 	$(PY) experiments/profile_peers.py
+	$(PY) experiments/compile_sweep.py
 
 # Host envs that wait (sleep, GIL released) over 1/5/20 ms and 1/2/4/8 actor threads; then the
 # CPU-bound case (spin, GIL held) in subprocesses. Not part of `make test`.

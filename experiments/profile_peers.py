@@ -8,6 +8,11 @@ alone (on one fixed trajectory), each as one jitted ``lax.scan``, and counts the
 optimised HLO of one whole update (fusions, gathers, scatters, sorts, loops, copies). Same
 settings as ``bench_peers.py`` (CartPole-v1, 4 envs x 128 steps, 4 epochs x 4 minibatches).
 One JSON line per (implementation, runs); medians over ``--repeats``, interleaved.
+
+``--ab``: instead, ours' batched update (``--runs`` runs) against three variants in one
+process: V(obs) from the behaviour value, minibatches of single transitions (the flattened
+``[T*B]`` shuffled) instead of time steps shared by all envs, and ``lax.map`` over the runs
+instead of ``vmap``. One JSON line, ms per update.
 """
 
 from __future__ import annotations
@@ -71,8 +76,8 @@ def ours(runs: int, updates: int):
             return learn_update(algo, s, traj[1], traj[2], cfg.steps_per_update)[0], None
         return lax.scan(body, state, None, updates)[0].learner
 
-    return (jax.vmap(rollouts), (states,)), (jax.vmap(learns), (states, traj)), \
-        (jax.vmap(lambda s: prog.update(s)[0]), (states,))
+    return (rollouts, (states,)), (learns, (states, traj)), \
+        (lambda s: prog.update(s)[0], (states,))
 
 
 def rejax(runs: int, updates: int):
@@ -106,8 +111,43 @@ def rejax(runs: int, updates: int):
     def learns(ts, trajectories):
         return lax.scan(lambda t, _: (learn_once(t, trajectories), None), ts, None, updates)[0]
 
-    return (jax.vmap(rollouts), (ts,)), (jax.vmap(learns), (ts, traj[1])), \
-        (jax.vmap(algo.train_iteration), (ts,))
+    return (rollouts, (ts,)), (learns, (ts, traj[1])), (algo.train_iteration, (ts,))
+
+
+def ab(runs: int, updates: int, repeats: int) -> dict:
+    """ms per batched update of ours and of the variants (module functions swapped in)."""
+    import jaxrl_async.algos.base as base
+    import jaxrl_async.algos.ppo as ppo
+    from jaxrl_async.algos.returns import gae
+
+    original = (ppo.advantages_and_targets, base.shuffled_minibatches)
+
+    def stored_value(network, params, traj, cfg):
+        next_value = network.apply(params, traj.next_obs, method="value")
+        return gae(traj.reward, traj.extras["value"], next_value, traj.terminated,
+                   traj.truncated, cfg.gamma, cfg.gae_lambda)
+
+    def per_sample(key, data, num_minibatches):
+        flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), data)
+        return original[1](key, flat, num_minibatches)
+
+    variants = {"ours": (original, jax.vmap), "stored_value": ((stored_value, original[1]),
+                jax.vmap), "per_sample": ((original[0], per_sample), jax.vmap),
+                "lax_map": (original, lambda f: lambda *a: lax.map(lambda x: f(*x), a))}
+    compiled = {}
+    for name, ((targets, shuffle), batch) in variants.items():
+        ppo.advantages_and_targets, base.shuffled_minibatches = targets, shuffle
+        (_, _), (learns, fn_args), _ = ours(runs, updates)
+        compiled[name] = (jax.jit(batch(learns)).lower(*fn_args).compile(), fn_args)
+    ppo.advantages_and_targets, base.shuffled_minibatches = original
+    times = {name: [] for name in compiled}
+    for _ in range(repeats):
+        for name, (c, fn_args) in compiled.items():
+            start = time.perf_counter()
+            jax.block_until_ready(c(*fn_args))
+            times[name].append(time.perf_counter() - start)
+    return {"runs": runs, "ms_per_update": {
+        name: round(1e3 * float(np.median(t)) / updates, 2) for name, t in times.items()}}
 
 
 def main() -> None:
@@ -115,14 +155,19 @@ def main() -> None:
     parser.add_argument("--runs", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--updates", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--ab", action="store_true", help="ours' update against variants")
     args = parser.parse_args()
     jax.jit(lambda x: x + 1)(1.0).block_until_ready()
+    if args.ab:
+        for runs in args.runs:
+            print(json.dumps(ab(runs, args.updates, args.repeats)), flush=True)
+        return
     for runs in args.runs:
         compiled = {}
         for name, build in (("ours", ours), ("rejax", rejax)):
             parts = dict(zip(("rollout", "learn", "update"), build(runs, args.updates)))
             for part, (fn, fn_args) in parts.items():
-                c = jax.jit(fn).lower(*fn_args).compile()
+                c = jax.jit(jax.vmap(fn)).lower(*fn_args).compile()
                 compiled[name, part] = (c, fn_args)
         times = {k: [] for k in compiled if k[1] != "update"}
         for _ in range(args.repeats):

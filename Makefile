@@ -8,7 +8,7 @@ RUNNER ?= sync
 SUITE ?= classic
 ARGS ?=
 
-.PHONY: setup train test test-suites fuzz bench bench-atari bench-sweep bench-host-envs \
+.PHONY: setup train test test-suites fuzz bench bench-atari bench-sweep bench-peers bench-host-envs \
 	bench-scaling bench-scaling-full bench-tracking accelerator-check reproduce docs lint \
 	check-install check-floors clean
 
@@ -51,6 +51,14 @@ bench-atari: $(STAMP)
 
 bench-sweep: $(STAMP)
 	$(PY) experiments/bench_sweep.py
+
+# Ours, rejax's PPO and the PureJaxRL-style baseline side by side in one process: a single
+# CartPole run and a 16-config x 2-seed sweep vmapped on one device (needs the bench extra).
+bench-peers: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[bench]"
+	$(PY) experiments/bench_peers.py
+	$(PY) experiments/profile_peers.py
+	$(PY) experiments/compile_sweep.py
 
 # Host envs that wait (sleep, GIL released) over 1/5/20 ms and 1/2/4/8 actor threads; then the
 # CPU-bound case (spin, GIL held) in subprocesses. Not part of `make test`.

@@ -9,6 +9,7 @@ noisy machine. Written here for measurement, not used by the library.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import flax.linen as nn
@@ -21,10 +22,11 @@ import optax
 
 class ActorCritic(nn.Module):
     num_actions: int
+    orthogonal: Callable = nn.initializers.orthogonal
 
     @nn.compact
     def __call__(self, x):
-        orth = nn.initializers.orthogonal
+        orth = self.orthogonal
         a = nn.tanh(nn.Dense(64, kernel_init=orth(np.sqrt(2)))(x))
         a = nn.tanh(nn.Dense(64, kernel_init=orth(np.sqrt(2)))(a))
         logits = nn.Dense(self.num_actions, kernel_init=orth(0.01))(a)
@@ -45,13 +47,18 @@ class Transition(NamedTuple):
 
 def make_train(num_envs=4, num_steps=128, total_timesteps=500_000, epochs=4, minibatches=4,
                lr=2.5e-4, gamma=0.99, lam=0.95, clip=0.2, ent=0.01, vf=0.5, max_grad_norm=0.5,
-               env_id="CartPole-v1"):
+               env_id="CartPole-v1", anneal_lr=True, orthogonal=None):
+    """``orthogonal``: the kernel initializer (flax's, with its LAPACK QR, by default; a
+    vmapped sweep passes the library's LAPACK-free one: flax's under ``vmap`` is a batched
+    LAPACK QR, which can hang XLA:CPU, docs/design.md)."""
     env, env_params = gymnax.make(env_id)
     num_updates = total_timesteps // num_envs // num_steps
     minibatch_size = num_envs * num_steps // minibatches
-    net = ActorCritic(env.action_space(env_params).n)
+    net = ActorCritic(env.action_space(env_params).n, orthogonal or nn.initializers.orthogonal)
 
     def schedule(count):
+        if not anneal_lr:
+            return lr
         return lr * (1.0 - (count // (minibatches * epochs)) / num_updates)
 
     tx = optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(schedule, eps=1e-5))

@@ -49,7 +49,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jaxrl_async as jra  # noqa: E402
-from jaxrl_async.runners import actor_learner, placement  # noqa: E402
+from jaxrl_async.runners import actor_learner, placement, sync  # noqa: E402
 from jaxrl_async.runners.common import compiler_options  # noqa: E402
 
 GRIDS = {  # reduced, full
@@ -211,26 +211,34 @@ def async_section(grid: list[tuple[int, int, int]], n: int, rounds: int) -> dict
     return {"points": points, "median_T_async_over_T_parallel": float(np.median(ratios))}
 
 
-def compile_section() -> dict:
-    """cartpole-ref (4 envs x 128, 5e5 steps): the sync runner's one program with the default
-    compiler and with fast_compile, the async runner's two (+ init), as ``jra.train`` times
-    them."""
-    ref = dict(env="CartPole-v1", num_envs=4, num_steps=128, total_timesteps=500_000)
-    figs = {}
-    for name, cfg in {
+def compile_section(rounds: int = 1) -> dict:
+    """cartpole-ref (4 envs x 128, 5e5 steps): the sync runner's one program (``make_train``)
+    with the default compiler and with fast_compile, the sync runner's host loop (init + chunk)
+    and the async runner's two programs (+ init), both as ``jra.train`` times them; ``rounds``
+    times each, interleaved, medians."""
+    ref = dict(env="CartPole-v1", num_envs=4, num_steps=128, total_timesteps=499_712)
+    configs = {
         "sync_default": jra.PPOConfig(**ref),
         "sync_fast_compile": jra.PPOConfig(**ref, fast_compile=True),
+        "sync_train": jra.PPOConfig(**{**ref, "total_timesteps": 4 * 128 * 2}),
         "async_default": jra.PPOConfig(**{**ref, "total_timesteps": 4 * 128 * 2},
                                        runner=jra.AsyncConfig(lag=1)),
-    }.items():
-        if name.startswith("sync"):
-            start = time.perf_counter()
-            jax.jit(jra.make_train(cfg)).lower(jax.random.key(0)).compile(compiler_options(cfg))
-            figs[name] = time.perf_counter() - start
-        else:
-            figs[name] = jra.train(cfg, seed=0, progress=False).timing["compile_s"]
-    return emit({"section": "compile", **figs, "target_s": 5.0,
-                 "async_over_sync": figs["async_default"] / figs["sync_default"]})
+    }
+    runs: dict[str, list[float]] = {name: [] for name in configs}
+    for _ in range(rounds):
+        for name, cfg in configs.items():
+            if name in ("sync_default", "sync_fast_compile"):  # a fresh trace and compile
+                start = time.perf_counter()
+                jax.jit(jra.make_train(cfg)).lower(jax.random.key(0)).compile(
+                    compiler_options(cfg))
+                runs[name].append(time.perf_counter() - start)
+            else:
+                sync._host_programs.cache_clear()  # the sync host loop's jitted functions
+                runs[name].append(jra.train(cfg, seed=0, progress=False).timing["compile_s"])
+    figs = {name: float(np.median(times)) for name, times in runs.items()}
+    return emit({"section": "compile", **figs, "runs": runs, "target_s": 5.0,
+                 "async_over_sync": figs["async_default"] / figs["sync_default"],
+                 "async_over_sync_train": figs["async_default"] / figs["sync_train"]})
 
 
 def plot(summary: dict, folder: Path) -> list[str]:
@@ -296,7 +304,8 @@ def main() -> None:
     parser.add_argument("--steps", type=float, default=2e5,
                         help="env steps per timed sync run (at least 2 updates)")
     parser.add_argument("--updates", type=int, default=20, help="async iterations per figure")
-    parser.add_argument("--rounds", type=int, default=3, help="async rounds (medians)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="async rounds and compile repeats (medians)")
     parser.add_argument("--plots", type=Path, default=None, help="write PNG plots here")
     parser.add_argument("--from-lines", type=Path, nargs="+", default=[],
                         help="measure nothing: plot and summarise the point lines of earlier "
@@ -322,7 +331,7 @@ def main() -> None:
     if "async" in args.only:
         summary["async"] = async_section(GRIDS["async"][full], args.updates, args.rounds)
     if "compile" in args.only:
-        summary["compile"] = compile_section()
+        summary["compile"] = compile_section(args.rounds)
     plots = plot(summary, args.plots) if args.plots else []
     load.append(os.getloadavg()[0])
     brief = {name: {k: v for k, v in part.items() if k != "points"}

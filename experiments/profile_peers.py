@@ -3,11 +3,17 @@
     python experiments/profile_peers.py [--runs 1 32] [--repeats 3]
 
 For each implementation and each batch of ``runs`` (vmapped in one program, one CPU device) it
-times ``--updates`` rollouts alone (the learner state fixed) and ``--updates`` learner updates
-alone (on one fixed trajectory), each as one jitted ``lax.scan``, and counts the ops of the
-optimised HLO of one whole update (fusions, gathers, scatters, sorts, loops, copies). Same
+times ``--updates`` rollouts alone (the learner state fixed), ``--updates`` learner updates
+alone (on one fixed trajectory) and ``--updates`` whole updates (rollout then learn, as a run
+does them), each as one jitted ``lax.scan``, and counts the ops of the optimised HLO of the
+whole updates (fusions, gathers, scatters, sorts, loops, copies). Same
 settings as ``bench_peers.py`` (CartPole-v1, 4 envs x 128 steps, 4 epochs x 4 minibatches).
 One JSON line per (implementation, runs); medians over ``--repeats``, interleaved.
+
+``--thunks``: instead, each side's batched update (``--runs``) once under ``jax.profiler``,
+its XLA:CPU thunk time summed by kind (the thunk's name without its number: ``dot``,
+``transpose``, ``gather_fusion``, ...). One JSON line per side: ms per update by kind, the
+thunks run per update.
 
 ``--ab``: instead, ours' batched update (``--runs`` runs) against three variants in one
 process: V(obs) from the behaviour value, minibatches of single transitions (the flattened
@@ -76,8 +82,10 @@ def ours(runs: int, updates: int):
             return learn_update(algo, s, traj[1], traj[2], cfg.steps_per_update)[0], None
         return lax.scan(body, state, None, updates)[0].learner
 
-    return (rollouts, (states,)), (learns, (states, traj)), \
-        (lambda s: prog.update(s)[0], (states,))
+    def updates_whole(state):  # rollout and learn as the sync runner runs them
+        return lax.scan(lambda s, _: (prog.update(s)[0], None), state, None, updates)[0]
+
+    return (rollouts, (states,)), (learns, (states, traj)), (updates_whole, (states,))
 
 
 def rejax(runs: int, updates: int):
@@ -111,7 +119,10 @@ def rejax(runs: int, updates: int):
     def learns(ts, trajectories):
         return lax.scan(lambda t, _: (learn_once(t, trajectories), None), ts, None, updates)[0]
 
-    return (rollouts, (ts,)), (learns, (ts, traj[1])), (algo.train_iteration, (ts,))
+    def updates_whole(ts):
+        return lax.scan(lambda t, _: (algo.train_iteration(t), None), ts, None, updates)[0]
+
+    return (rollouts, (ts,)), (learns, (ts, traj[1])), (updates_whole, (ts,))
 
 
 def ab(runs: int, updates: int, repeats: int) -> dict:
@@ -150,14 +161,55 @@ def ab(runs: int, updates: int, repeats: int) -> dict:
         name: round(1e3 * float(np.median(t)) / updates, 2) for name, t in times.items()}}
 
 
+def thunk_kinds(fn, fn_args, updates: int) -> dict:
+    """ms per update of ``jax.vmap(fn)`` by XLA:CPU thunk kind, from a profiler trace."""
+    import glob
+    import gzip
+    import shutil
+    import tempfile
+
+    compiled = jax.jit(jax.vmap(fn)).lower(*fn_args).compile()
+    jax.block_until_ready(compiled(*fn_args))
+    folder = tempfile.mkdtemp(prefix="profile_peers_")
+    try:
+        with jax.profiler.trace(folder, create_perfetto_trace=True):
+            jax.block_until_ready(compiled(*fn_args))
+        with gzip.open(glob.glob(f"{folder}/plugins/profile/*/perfetto_trace.json.gz")[0]) as f:
+            events = json.load(f)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    kinds: Counter = Counter()
+    count = 0
+    for event in events:
+        name = event.get("name", "")
+        if event.get("ph") != "X" or not re.fullmatch(r"[a-z][\w\-]*(\.\d+)?", name):
+            continue
+        kind = re.sub(r"\.\d+$", "", name)
+        if kind in ("while", "conditional", "call") or "." in kind:
+            continue  # (a while thunk contains the thunks of its body)
+        kinds[kind] += event.get("dur", 0) / 1e3 / updates
+        count += 1
+    return {"thunks_per_update": count / updates, "thunk_ms_per_update": sum(kinds.values()),
+            "ms_per_update_by_kind": {k: round(v, 3) for k, v in kinds.most_common(15)}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--updates", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ab", action="store_true", help="ours' update against variants")
+    parser.add_argument("--thunks", action="store_true", help="thunk time by kind, per side")
     args = parser.parse_args()
     jax.jit(lambda x: x + 1)(1.0).block_until_ready()
+    if args.thunks:
+        for runs in args.runs:
+            for name, build in (("ours", ours), ("rejax", rejax)):
+                learns, fn_args = build(runs, args.updates)[1]
+                print(json.dumps({"impl": name, "runs": runs, "part": "learn",
+                                  **thunk_kinds(learns, fn_args, args.updates)}), flush=True)
+        return
     if args.ab:
         for runs in args.runs:
             print(json.dumps(ab(runs, args.updates, args.repeats)), flush=True)
@@ -169,7 +221,7 @@ def main() -> None:
             for part, (fn, fn_args) in parts.items():
                 c = jax.jit(jax.vmap(fn)).lower(*fn_args).compile()
                 compiled[name, part] = (c, fn_args)
-        times = {k: [] for k in compiled if k[1] != "update"}
+        times = {k: [] for k in compiled}
         for _ in range(args.repeats):
             for key in times:
                 c, fn_args = compiled[key]
@@ -178,7 +230,7 @@ def main() -> None:
                 times[key].append(time.perf_counter() - start)
         for name in ("ours", "rejax"):
             ms = {part: 1e3 * float(np.median(times[name, part])) / args.updates
-                  for part in ("rollout", "learn")}
+                  for part in ("rollout", "learn", "update")}
             print(json.dumps({"impl": name, "runs": runs, "ms_per_update": ms,
                               "ms_per_update_per_run": {k: v / runs for k, v in ms.items()},
                               "hlo_update": hlo_ops(compiled[name, "update"][0])}), flush=True)

@@ -1,6 +1,8 @@
 """Where PPO's compiled program spends its time on XLA:CPU, per part of the network.
 
     python experiments/profile_ppo.py [--torso cnn --num-envs 64 --num-steps 64 --updates 2]
+    python experiments/profile_ppo.py --env CartPole-v1 --torso mlp --activation tanh \
+        --num-envs 4 --num-steps 128 --updates 100          # cartpole-ref
 
 Compiles the sync runner's training program (Breakout-MinAtar by default), runs it once warm,
 then once under ``jax.profiler`` (a trace with one event per XLA:CPU thunk: a fusion, a library
@@ -34,6 +36,8 @@ import jax  # noqa: E402
 
 import jaxrl_async as jra  # noqa: E402
 
+RANDOM = re.compile(r"threefry|_uniform|_gumbel|random_bits|random_split|_split|categorical")
+OPTIMIZER = re.compile(r"adam|scale_by|clip|optax|flatten|update_moment|apply_updates")
 OP_NAME = re.compile(r"\s*(?:ROOT )?%([\w.\-]+) = .*?op_name=\"([^\"]*)\"")
 
 
@@ -42,10 +46,19 @@ def attribute(op: str) -> tuple[str, str]:
     phase = ("update backward" if "transpose(jvp" in op else "update forward" if "jvp(" in op
              else "rollout network" if "vmap(ActorCritic)" in op
              else "value pass over the rollout" if "ActorCritic" in op
-             else "rest (env, GAE, optimizer, keys)")
+             else "rest: random draws" if RANDOM.search(op)
+             else "rest: env step" if "jit(step)" in op
+             else "rest: optimizer" if OPTIMIZER.search(op)
+             else "rest: other (GAE, losses, minibatch gathers, episode sums)")
     part = ("conv" if "Conv_" in op else "dense" if "Dense_" in op
             else "heads" if "ActorCritic" in op else "")
     return phase, part
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -55,14 +68,21 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--num-steps", type=int, default=64)
     parser.add_argument("--updates", type=int, default=2)
+    parser.add_argument("--activation", default="relu", choices=["relu", "tanh"])
     args = parser.parse_args()
-    cfg = jra.PPOConfig(env=args.env, torso=args.torso, activation="relu",
+    cfg = jra.PPOConfig(env=args.env, torso=args.torso, activation=args.activation,
                         hidden_sizes=(128,) if args.torso == "cnn" else (64, 64),
                         num_envs=args.num_envs, num_steps=args.num_steps, update_epochs=4,
                         num_minibatches=4,
                         total_timesteps=args.num_envs * args.num_steps * args.updates)
     run = jax.jit(jra.make_train(cfg)).lower(jax.random.key(0)).compile()
     jax.block_until_ready(run(jax.random.key(0)))
+    untraced = min(timed(lambda: jax.block_until_ready(run(jax.random.key(0))))
+                   for _ in range(3))
+    # The same updates through the host loop (chunks of log_every, metrics fetched while the
+    # next chunk runs): what it costs beyond the one fused program, per chunk.
+    host = min(jra.train(cfg, seed=0, progress=False).timing["train_s"] for _ in range(3))
+    chunks = -(-cfg.num_updates // cfg.log_every)
     with jax.profiler.trace(f"{DUMP}/trace", create_perfetto_trace=True):
         start = time.perf_counter()
         jax.block_until_ready(run(jax.random.key(1)))
@@ -78,18 +98,27 @@ def main() -> None:
     events = events["traceEvents"] if isinstance(events, dict) else events
     by_part: collections.Counter = collections.Counter()
     by_thunk: collections.Counter = collections.Counter()
+    count = 0
     for event in events:
         name = event.get("name", "")
         if event.get("ph") != "X" or name not in names or name.startswith("while"):
             continue  # (a while thunk contains the thunks of its body)
         ms = event.get("dur", 0) / 1e3
+        count += 1
         by_part[" / ".join(filter(None, attribute(names[name])))] += ms
         by_thunk[f"{name}: {names[name][-90:]}"] += ms
     total = sum(by_part.values())
     print(json.dumps({
         "config": {"env": args.env, "torso": args.torso, "num_envs": args.num_envs,
                    "num_steps": args.num_steps, "updates": args.updates},
-        "wall_s": wall, "thunk_ms": total,
+        "wall_s": wall, "thunk_ms": total, "untraced_wall_s": untraced,
+        # per update: thunks run, their summed time, and the traced wall time around them (the
+        # difference is the executor's time between thunks, traced)
+        "per_update": {"thunks": count / args.updates, "thunk_ms": total / args.updates,
+                       "wall_ms": 1e3 * wall / args.updates,
+                       "untraced_wall_ms": 1e3 * untraced / args.updates},
+        "host_loop": {"train_s": host, "chunks": chunks, "log_every": cfg.log_every,
+                      "overhead_ms_per_chunk": 1e3 * (host - untraced) / chunks},
         "share": {k: round(v / total, 4) for k, v in sorted(by_part.items())},
         "ms": {k: round(v, 1) for k, v in sorted(by_part.items())},
         "top_thunks_ms": {k: round(v, 1) for k, v in by_thunk.most_common(10)},

@@ -148,13 +148,13 @@ def compile_with_learner(cfg: Any, algo: Algorithm, where: Layout, init: Callabl
     def pack_params(state: RunState) -> jax.Array:
         return params_packing.pack(acting_params(algo, state))
 
-    options = compiler_options(cfg)
-    lowered = list(actors)
-    lowered.append(jax.jit(on_learners(learner)).lower(learner_state, batches))
-    lowered.append(jax.jit(pack_params).lower(learner_state))
-    lowered.append(jax.jit(init).lower(jax.random.key(0)))
+    options, once = compiler_options(cfg), compiler_options(cfg, runs_once=True)
+    lowered = [(program, options) for program in actors]
+    lowered.append((jax.jit(on_learners(learner)).lower(learner_state, batches), options))
+    lowered.append((jax.jit(pack_params).lower(learner_state), options))
+    lowered.append((jax.jit(init).lower(jax.random.key(0)), once))
     # One after the other: parallel compiles compete for the same cores (docs/results.md).
-    compiled = [program.compile(options) for program in lowered]
+    compiled = [program.compile(opts) for program, opts in lowered]
     *actor_fns, learner_fn, pack_fn, init_fn = compiled
     watched = divergence.watched(learner_state.learner, names)
     return Programs(actor_fns, learner_fn, pack_fn, init_fn, names, algo, watched)

@@ -136,7 +136,7 @@ def run(
     start = time.perf_counter()
     prog, init_fn, chunk_fn, chunk = _host_programs(cfg)
     if state is None:
-        state = init_fn.lower(key).compile(compiler_options(cfg))(key)
+        state = init_fn.lower(key).compile(compiler_options(cfg, runs_once=True))(key)
     else:
         state = place(state, prog)
         if int(state.update) >= cfg.num_updates:  # a finished run: nothing to compile

@@ -39,6 +39,7 @@ from jax import lax
 sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_peers import NUM_ENVS, NUM_STEPS, rejax_algo  # noqa: E402
+from xla_thunks import traced_thunks  # noqa: E402
 
 import jaxrl_async as jra  # noqa: E402
 from jaxrl_async.runners import sync  # noqa: E402
@@ -163,33 +164,14 @@ def ab(runs: int, updates: int, repeats: int) -> dict:
 
 def thunk_kinds(fn, fn_args, updates: int) -> dict:
     """ms per update of ``jax.vmap(fn)`` by XLA:CPU thunk kind, from a profiler trace."""
-    import glob
-    import gzip
-    import shutil
-    import tempfile
-
     compiled = jax.jit(jax.vmap(fn)).lower(*fn_args).compile()
     jax.block_until_ready(compiled(*fn_args))
-    folder = tempfile.mkdtemp(prefix="profile_peers_")
-    try:
-        with jax.profiler.trace(folder, create_perfetto_trace=True):
-            jax.block_until_ready(compiled(*fn_args))
-        with gzip.open(glob.glob(f"{folder}/plugins/profile/*/perfetto_trace.json.gz")[0]) as f:
-            events = json.load(f)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    events = events["traceEvents"] if isinstance(events, dict) else events
     kinds: Counter = Counter()
     count = 0
-    for event in events:
-        name = event.get("name", "")
-        if event.get("ph") != "X" or not re.fullmatch(r"[a-z][\w\-]*(\.\d+)?", name):
-            continue
-        kind = re.sub(r"\.\d+$", "", name)
-        if kind in ("while", "conditional", "call") or "." in kind:
-            continue  # (a while thunk contains the thunks of its body)
-        kinds[kind] += event.get("dur", 0) / 1e3 / updates
-        count += 1
+    for name, ms in traced_thunks(lambda: compiled(*fn_args))[0]:
+        if re.fullmatch(r"[a-z][\w\-]*(\.\d+)?", name):  # an HLO instruction's thunk
+            kinds[re.sub(r"\.\d+$", "", name)] += ms / updates
+            count += 1
     return {"thunks_per_update": count / updates, "thunk_ms_per_update": sum(kinds.values()),
             "ms_per_update_by_kind": {k: round(v, 3) for k, v in kinds.most_common(15)}}
 

@@ -2,7 +2,7 @@
 
     python experiments/profile_ppo.py [--torso cnn --num-envs 64 --num-steps 64 --updates 2]
     python experiments/profile_ppo.py --env CartPole-v1 --torso mlp --activation tanh \
-        --num-envs 4 --num-steps 128 --updates 100          # cartpole-ref
+        --num-envs 4 --num-steps 128 --updates 16           # cartpole-ref
 
 Compiles the sync runner's training program (Breakout-MinAtar by default), runs it once warm,
 then once under ``jax.profiler`` (a trace with one event per XLA:CPU thunk: a fusion, a library
@@ -10,8 +10,11 @@ matmul, a copy). Each thunk is attributed through the optimised HLO's ``op_name`
 ``--xla_dump_to`` dump into a temporary folder) to a phase (the rollout's network, the value
 pass over the whole rollout, the update's forward, its backward, the rest: env steps, GAE, the
 optimizer, keys) and a part (conv, dense, heads). Thunks may run concurrently, so the shares
-are of summed thunk time, not of wall time. Prints one JSON line: the shares, the milliseconds,
-the ten costliest thunks and the wall time of the profiled run.
+are of summed thunk time, not of wall time. The profiler keeps about 290k events: keep
+``--updates`` small enough that the whole run fits (``per_update.thunks`` stays the same when
+``--updates`` doubles), or the trace holds only the first updates. Prints one JSON line: the
+shares, the milliseconds, the ten costliest thunks, thunks and milliseconds per update, and the
+time of the same updates through ``jra.train``'s host loop against the fused program.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import argparse
 import collections
 import glob
-import gzip
 import json
 import os
 import re
@@ -35,6 +37,9 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={D
 import jax  # noqa: E402
 
 import jaxrl_async as jra  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+from xla_thunks import traced_thunks  # noqa: E402
 
 RANDOM = re.compile(r"threefry|_uniform|_gumbel|random_bits|random_split|_split|categorical")
 OPTIMIZER = re.compile(r"adam|scale_by|clip|optax|flatten|update_moment|apply_updates")
@@ -80,30 +85,21 @@ def main() -> None:
     untraced = min(timed(lambda: jax.block_until_ready(run(jax.random.key(0))))
                    for _ in range(3))
     # The same updates through the host loop (chunks of log_every, metrics fetched while the
-    # next chunk runs): what it costs beyond the one fused program, per chunk.
+    # next chunk runs): what it costs beyond the one fused program, all of it counted per chunk.
     host = min(jra.train(cfg, seed=0, progress=False).timing["train_s"] for _ in range(3))
     chunks = -(-cfg.num_updates // cfg.log_every)
-    with jax.profiler.trace(f"{DUMP}/trace", create_perfetto_trace=True):
-        start = time.perf_counter()
-        jax.block_until_ready(run(jax.random.key(1)))
-        wall = time.perf_counter() - start
+    thunks, wall = traced_thunks(lambda: run(jax.random.key(1)))
 
     names = {}
     for path in glob.glob(f"{DUMP}/hlo/*.cpu_after_optimizations.txt"):
         with open(path) as f:
             names.update(m.groups() for m in map(OP_NAME.match, f) if m)
-    trace_path = sorted(glob.glob(f"{DUMP}/trace/plugins/profile/*/perfetto_trace.json.gz"))[-1]
-    with gzip.open(trace_path) as f:
-        events = json.load(f)
-    events = events["traceEvents"] if isinstance(events, dict) else events
     by_part: collections.Counter = collections.Counter()
     by_thunk: collections.Counter = collections.Counter()
     count = 0
-    for event in events:
-        name = event.get("name", "")
-        if event.get("ph") != "X" or name not in names or name.startswith("while"):
-            continue  # (a while thunk contains the thunks of its body)
-        ms = event.get("dur", 0) / 1e3
+    for name, ms in thunks:
+        if name not in names:
+            continue
         count += 1
         by_part[" / ".join(filter(None, attribute(names[name])))] += ms
         by_thunk[f"{name}: {names[name][-90:]}"] += ms
@@ -112,8 +108,8 @@ def main() -> None:
         "config": {"env": args.env, "torso": args.torso, "num_envs": args.num_envs,
                    "num_steps": args.num_steps, "updates": args.updates},
         "wall_s": wall, "thunk_ms": total, "untraced_wall_s": untraced,
-        # per update: thunks run, their summed time, and the traced wall time around them (the
-        # difference is the executor's time between thunks, traced)
+        # per update: thunks run, their summed time, the traced wall time around them (the
+        # profiler's cost per thunk inflates both) and the untraced wall time (best of 3)
         "per_update": {"thunks": count / args.updates, "thunk_ms": total / args.updates,
                        "wall_ms": 1e3 * wall / args.updates,
                        "untraced_wall_ms": 1e3 * untraced / args.updates},

@@ -24,6 +24,7 @@ jra.use_cpu_cores()  # before anything runs: one XLA:CPU device per core
 
 import numpy as np  # noqa: E402
 
+from jaxrl_async.runners.common import compiler_options  # noqa: E402
 from jaxrl_async.sinks import final_return  # noqa: E402
 from jaxrl_async.sweep import count_compiles  # noqa: E402
 
@@ -66,9 +67,8 @@ def main() -> None:
         for run_cfg in result.configs:
             for seed in result.seeds:
                 t0 = time.perf_counter()
-                options = {"xla_cpu_use_fusion_emitters": False} if args.fast_compile else {}
                 train = jax.jit(jra.make_train(run_cfg)).lower(jax.random.key(seed)).compile(
-                    options)
+                    compiler_options(run_cfg))
                 t1 = time.perf_counter()
                 out = jax.block_until_ready(train(jax.random.key(seed)))
                 compile_s, train_s = compile_s + t1 - t0, train_s + time.perf_counter() - t1

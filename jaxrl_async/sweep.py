@@ -38,6 +38,7 @@ from jaxrl_async.runners.common import (
     check_devices,
     compiler_options,
     with_evaluation,
+    xla_option_probe,
 )
 from jaxrl_async.sweep_result import SweepResult
 from jaxrl_async.train import warn_partial_update
@@ -335,12 +336,15 @@ def use_cpu_cores() -> bool:
 @contextlib.contextmanager
 def count_compiles() -> Iterator[list[str]]:
     """Collect the names of the XLA programs compiled inside the block (via
-    ``jax.monitoring``), e.g. ``with count_compiles() as names: ...; len(names)``."""
+    ``jax.monitoring``), e.g. ``with count_compiles() as names: ...; len(names)``; the one-op
+    probe of an XLA option (``xla_option_known``) is not counted."""
     names: list[str] = []
+    probe = f"jit({xla_option_probe.__name__})"
 
     def listener(event: str, duration: float, **kwargs: Any) -> None:
-        if event == "/jax/core/compile/backend_compile_duration":
-            names.append(str(kwargs.get("fun_name", "?")))
+        name = str(kwargs.get("fun_name", "?"))
+        if event == "/jax/core/compile/backend_compile_duration" and name != probe:
+            names.append(name)
 
     jax.monitoring.register_event_duration_secs_listener(listener)
     try:

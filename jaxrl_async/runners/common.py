@@ -3,6 +3,7 @@ rollout and an update, the run's first state, the metrics of one update."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -205,12 +206,37 @@ def update_metrics(
     return metrics, jnp.where(sums.count > 0, latest, state.last_episode)
 
 
+def xla_option_probe(x: jax.Array) -> jax.Array:
+    """The program ``xla_option_known`` compiles (``count_compiles`` leaves it out)."""
+    return x + 1
+
+
+@functools.cache
+def xla_option_known(name: str, value: Any) -> bool:
+    """Whether the running jaxlib's default backend accepts the XLA compile option ``name``
+    (probed once by compiling a one-op program with it). Options come and go between jaxlib
+    versions: jaxlib 0.11 dropped ``xla_cpu_use_fusion_emitters``, which 0.10 has."""
+    try:
+        jax.jit(xla_option_probe).lower(np.float32(0)).compile({name: value})
+    except jax.errors.JaxRuntimeError as error:
+        if "No such compile option" in str(error):
+            return False
+        raise
+    return True
+
+
+def known_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` less those the running jaxlib does not have (``xla_option_known``)."""
+    return {name: value for name, value in options.items() if xla_option_known(name, value)}
+
+
 def compiler_options(cfg: Any, *, runs_once: bool = False) -> dict[str, Any]:
     """XLA options for the host-level runners' compiles (``cfg.fast_compile`` on a CPU).
     ``runs_once``: a program run once per run (init), where compile time is all that counts:
-    XLA:CPU's legacy emitters, which compile it in about 2/3 of the time to the same bits."""
+    XLA:CPU's legacy emitters, which compile it in about 2/3 of the time to the same bits.
+    Only jaxlib < 0.11 has them; on a jaxlib without them these are the default options."""
     if (cfg.fast_compile or runs_once) and jax.default_backend() == "cpu":
-        return {"xla_cpu_use_fusion_emitters": False}
+        return known_options({"xla_cpu_use_fusion_emitters": False})
     return {}
 
 

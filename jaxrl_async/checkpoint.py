@@ -257,13 +257,21 @@ def config_differences(saved: dict, cfg: Any, *, budget_may_differ: bool = False
 
 def check_resume(run_dir: str | Path, saved: Any, cfg: Any, extend: bool = False) -> None:
     """``CheckpointError`` unless the run in ``run_dir``, trained with ``saved``, may continue
-    as ``cfg``: the same config but for the ``io_fields`` and the budget. A budget of another
+    as ``cfg``: the same config but for the ``io_fields`` and the budget. A budget smaller than
+    the updates already trained is refused (whatever ``extend`` says); a budget of another
     number of updates needs ``extend`` when ``cfg`` plans a schedule over it
     (``cfg.budget_schedules()``); ``extend`` re-plans those over the new budget."""
     differ = config_differences(to_dict(saved), cfg, budget_may_differ=True)
     if differ:
         raise CheckpointError(f"cannot resume {run_dir} with a different config: "
                               + "; ".join(differ))
+    done = max(steps(run_dir), default=0)
+    if done > cfg.num_updates:  # the one reason that applies, --extend or not
+        raise CheckpointError(
+            f"{run_dir} has trained {done:,} updates = {done * cfg.steps_per_update:,} steps: "
+            f"total_timesteps={cfg.total_timesteps:,} must be at least that (a run cannot be "
+            f"trained for less than it has been; evaluate it with jaxrl-async eval {run_dir}, "
+            "or train a new run with the smaller budget)")
     schedules = cfg.budget_schedules()
     if saved.num_updates == cfg.num_updates or extend or not schedules:
         return

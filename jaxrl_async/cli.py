@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
 import os
 import re
 import sys
@@ -126,17 +125,6 @@ def _fail(message: Any) -> int:
 _CONFIG_FIELD = re.compile(r"^\w+Config\.(?:runner\.)?(\w+)")
 
 
-def _print_eval(result: dict[str, Any]) -> None:
-    mode = "greedy" if result["greedy"] else "stochastic"
-    print(f"  evaluation ({mode}, {result['num_episodes']} episodes on fresh envs): "
-          f"return {result['mean_return']:.1f} ± {result['std_return']:.1f}, "
-          f"length {result['mean_length']:.1f}")
-
-
-def _eval_record(result: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in result.items()}
-
-
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.algo_given = any(a == "--algo" or a.startswith("--algo=") for a in argv)
@@ -163,7 +151,6 @@ def _train(args: argparse.Namespace, tracker: Any, final_episodes: int) -> int:
     from jaxrl_async import sinks
     from jaxrl_async.checkpoint import CheckpointError
     from jaxrl_async.distributed import is_main_process
-    from jaxrl_async.evaluate import evaluate
     from jaxrl_async.runners.state import TrainingDiverged, TrainingInterrupted
     from jaxrl_async.train import default_run_dir, no_episode_note, summary, train
 
@@ -201,128 +188,90 @@ def _train(args: argparse.Namespace, tracker: Any, final_episodes: int) -> int:
     except (CheckpointError, ValueError) as e:
         return _fail(e)
     s = summary(cfg, result)
-    print(f"\n{s['algo'].upper()} on {s['env']} ({s['runner']} runner), "
-          f"{s['total_timesteps']:,} steps")
+    print(f"\n{cfg.title} on {s['env']} ({s['runner']} runner), {s['total_timesteps']:,} steps")
     final = s["final_return"]
-    print("  final return (episodes ended in the last 10 updates): "
-          + (f"{final:.1f}" if final == final else f"none: {no_episode_note(cfg)}"))
-    if cfg.eval_every:
-        print(f"  final evaluation ({cfg.eval_episodes} episodes, "
-              f"{'greedy' if cfg.eval_greedy else 'sampled'}): {s['final_eval_return']:.1f}")
+    print(f"  final return (episodes ended in the last {s['final_return_updates']} updates): "
+          + (sinks.format_return(final) if final == final else f"none: {no_episode_note(cfg)}"))
     if s["sps"] is not None:
         collected = ("" if s["sps_collected"] is None
                      else f" (collected: {s['sps_collected']:,.0f})")
         print(f"  SPS: {s['sps']:,.0f}{collected}   compile: {s['compile_s']:.1f} s   "
               f"train: {s['train_s']:.1f} s")
-    if final_episodes > 0:
-        evaluation = evaluate(result, cfg, final_episodes, greedy=True, seed=args.seed)
-        _print_eval(evaluation)
-        if tracker is not None:
-            tracker.log_evaluation(evaluation)
-        if is_main_process():  # only the main process writes
-            sinks.write_json(run_dir / "eval.json", _eval_record(evaluation))
+    if cfg.eval_every or final_episodes > 0:
+        _final_evaluation(cfg, result, s, final_episodes, args.seed, tracker, run_dir)
     if is_main_process():
         print(f"  run directory: {run_dir}")
     return 0
 
 
-def _parse_values(cfg: Any, name: str, text: str) -> list[Any]:
-    kind = type(getattr(cfg, name))
-    try:
-        return [_number(kind)(v) for v in text.split(",") if v]
-    except (ValueError, argparse.ArgumentTypeError) as e:
-        raise ValueError(f"--grid {name}={text}: {e}") from None
+def _final_evaluation(cfg: Any, result: Any, s: dict, episodes: int, seed: int, tracker: Any,
+                      run_dir: Path) -> None:
+    """Print the run's one final evaluation and write it to ``eval.json``: with ``eval_every``
+    the evaluation after the last update, made in training (``summary.json``'s
+    ``final_eval_return``) and made again here with its keys for the per-episode figures (the
+    same episodes); else ``episodes`` greedy episodes on fresh envs from ``seed``. ``episodes``
+    0: none after training (with ``eval_every``, the one in training is printed)."""
+    from jaxrl_async import sinks
+    from jaxrl_async.distributed import is_main_process
+    from jaxrl_async.evaluate import evaluate
+    from jaxrl_async.runners.common import eval_key
 
-
-def _parse_range(text: str) -> tuple[str, Any]:
-    from jaxrl_async.sweep import LogUniform, Uniform
-
-    name, _, spec = text.partition("=")
-    parts = spec.split(":")
-    kinds = {"log": LogUniform, "loguniform": LogUniform, "uniform": Uniform}
-    if len(parts) != 3 or parts[0] not in kinds:
-        raise ValueError(f"--random {text}: expected FIELD=log:LO:HI or FIELD=uniform:LO:HI")
-    return name, kinds[parts[0]](float(parts[1]), float(parts[2]))
+    done = int(result.state.update)
+    if cfg.eval_every:
+        what = (f"after update {done}, made in training: {cfg.eval_episodes} "
+                f"{'greedy' if cfg.eval_greedy else 'sampled'} episodes on fresh envs")
+        if episodes == 0:
+            print(f"  final evaluation ({what}): return "
+                  f"{sinks.format_return(s['final_eval_return'])}")
+            return
+        evaluation = evaluate(result, cfg, cfg.eval_episodes, greedy=cfg.eval_greedy,
+                              key=eval_key(result.state.key, done))
+    else:
+        what = f"after training: {episodes} greedy episodes on fresh envs, seed {seed}"
+        evaluation = evaluate(result, cfg, episodes, greedy=True, seed=seed)
+    print(f"  final evaluation ({what}): return {sinks.format_return(evaluation['mean_return'])}"
+          f" ± {sinks.format_return(evaluation['std_return'])}, length "
+          f"{evaluation['mean_length']:.1f}")
+    if tracker is not None:
+        tracker.log_evaluation(evaluation)
+    if is_main_process():  # only the main process writes
+        sinks.write_json(run_dir / "eval.json", {
+            **evaluation, "update": done, "in_training": bool(cfg.eval_every),
+            "seed": None if cfg.eval_every else seed})
 
 
 def cmd_sweep(argv: list[str]) -> int:
     args = _parse(sweep_parser(_algo_of(argv)), argv)
-    from jaxrl_async import sinks
-    from jaxrl_async.config import to_dict
-    from jaxrl_async.sweep import check_sweepable, random_search, sweep, use_cpu_cores
-    from jaxrl_async.train import no_episode_note
+    from jaxrl_async import cli_sweep
+    from jaxrl_async.sweep import random_search, sweep, use_cpu_cores
 
     use_cpu_cores()
-
     try:
         cfg = config_from_args(args, options.sweep_base(args))
-        if bool(args.grid) == bool(args.random):
-            raise ValueError("give either --grid FIELD=V1,V2 ... or --random FIELD=log:LO:HI ...")
-        spec: dict[str, Any] = {}
-        for item in args.grid + args.random:
-            name = item.partition("=")[0]
-            check_sweepable(cfg, [name])
-            if name in spec:
-                raise ValueError(f"{name} is given twice")
-            spec[name] = (_parse_values(cfg, name, item.partition("=")[2]) if args.grid
-                          else _parse_range(item)[1])
+        spec = cli_sweep.spaces(cfg, args)
+        if args.rank_by == "final_eval_return" and not cfg.eval_every:
+            raise ValueError("--rank-by final_eval_return: the runs are evaluated only with "
+                             "--eval-every N (updates between evaluations)")
         if args.grid:
             result = sweep(cfg, spec, args.seeds, num_devices=args.devices,
-                              progress=args.progress)
+                           progress=args.progress)
         else:
             result = random_search(cfg, spec, args.num_samples, args.seeds,
-                                      seed=args.sample_seed, num_devices=args.devices,
-                                      progress=args.progress)
+                                   seed=args.sample_seed, num_devices=args.devices,
+                                   progress=args.progress)
     except ValueError as e:
         return _fail(e)
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out or f"runs/sweep_{cfg.name}_{cfg.env}_{stamp}")
-    out.mkdir(parents=True, exist_ok=True)
-    spaces = {"grid" if args.grid else "random": {
-        k: (list(v) if args.grid else {"kind": type(v).__name__, "low": v.low, "high": v.high})
-        for k, v in spec.items()}, "seeds": list(result.seeds), "sample_seed": args.sample_seed}
-    sinks.write_json(out / "config.json", {**to_dict(cfg), "sweep": spaces})
-    result.to_csv(out / "results.csv")
-    rows = sorted(result.summary(), key=lambda r: -_finite(r["final_return"]))
-    best = result.best() if rows[0]["final_return"] == rows[0]["final_return"] else None
-    if best is not None:
-        sinks.write_json(out / "best.json", {
-            "index": best["config"],
-            **{k: v for k, v in best.items() if k not in ("cfg", "config")},
-            "config": to_dict(best["cfg"])})
-    result.plot(path=out / "sweep.png")
-    t = result.timing
-    print(f"\n{len(result.configs)} configs x {len(result.seeds)} seeds = {t['runs']} runs on "
-          f"{t['devices']} device(s), one compile: {t['compile_s']:.1f} s, train "
-          f"{t['train_s']:.1f} s, {t['sps']:,.0f} SPS in all")
-    for row in rows[:10]:
-        values = "  ".join(f"{k}={row[k]:g}" for k in result.fields)
-        shown = (f"{row['final_return']:.1f} ± {row['final_return_std']:.1f}"
-                 if row["final_return"] == row["final_return"] else "none (no episode ended)")
-        print(f"  {values}  final return {shown}" + _eval_cell(result, row["config"]))
-    if best is None:
-        print(f"  no best config: {no_episode_note(cfg)}")
-    else:
-        best_values = ", ".join(f"{k}={best[k]:g}" for k in result.fields)
-        print(f"  best: {best_values} (final return {best['final_return']:.1f})")
-    print(f"  results: {out / 'results.csv'}, plot: {out / 'sweep.png'}")
-    options.log_sweep(args, out, cfg, spaces, result)
+    try:
+        best: dict[str, Any] | str = result.best(args.rank_by)
+    except ValueError as e:  # no config has a score: said why, and no best.json
+        best = str(e).partition(": ")[2]
+    cli_sweep.write_sweep(out, cfg, spec, result, args, best if isinstance(best, dict) else None)
+    cli_sweep.report(out, cfg, result, args.rank_by, best)
+    options.log_sweep(args, out, cfg, cli_sweep.tracked_spaces(spec, result, args), result)
     return 0
-
-
-def _eval_cell(result: Any, config: int) -> str:
-    """``final eval m ± s`` of a sweep's config over its seeds ('' without eval_every)."""
-    if "eval_return" not in result.curves:
-        return ""
-    import numpy as np
-
-    values = result.final_eval_return[config]
-    return f"  final eval {np.nanmean(values):.1f} ± {np.nanstd(values):.1f}"
-
-
-def _finite(x: float) -> float:
-    return x if x == x else float("-inf")
 
 
 def cmd_eval(argv: list[str]) -> int:
@@ -339,16 +288,19 @@ def cmd_eval(argv: list[str]) -> int:
         result = evaluate(state, cfg, args.episodes, greedy=not args.stochastic, seed=args.seed)
     except ValueError as e:  # CheckpointError is a ValueError
         return _fail(e)
-    print(f"{cfg.name.upper()} on {cfg.env}, checkpoint at update {int(state.update)} of "
+    print(f"{cfg.title} on {cfg.env}, checkpoint at update {int(state.update)} of "
           f"{args.run_dir}")
-    _print_eval(result)
+    mode = "greedy" if result["greedy"] else "stochastic"
+    print(f"  evaluation ({mode}, {result['num_episodes']} episodes on fresh envs): return "
+          f"{sinks.format_return(result['mean_return'])} ± "
+          f"{sinks.format_return(result['std_return'])}, length {result['mean_length']:.1f}")
     if args.gif:
         path = save_gif(state, cfg, args.gif, greedy=not args.stochastic, seed=args.seed)
         print(f"  episode GIF: {path}")
     # appended, one line per evaluation: train's own eval.json is never overwritten
-    record = {**_eval_record(result), "update": int(state.update), "seed": args.seed}
+    record = {**result, "update": int(state.update), "seed": args.seed}
     sinks.append_jsonl(Path(args.run_dir) / "evals.jsonl", record)
-    print(json.dumps({k: record[k] for k in ("mean_return", "std_return", "num_episodes")}))
+    print(sinks.to_json({k: record[k] for k in ("mean_return", "std_return", "num_episodes")}))
     return 0
 
 

@@ -13,7 +13,7 @@ def add_config_option(parser: argparse.ArgumentParser, command: str) -> None:
     what = ("a run file: 'algo' and any config field, 'runner', 'seed' (a run directory's "
             "config.json is one)" if command == "train" else
             "a sweep file: 'base' (a run file's mapping or path), 'grid' or 'random', 'seeds', "
-            "'num_samples', 'sample_seed'")
+            "'num_samples', 'sample_seed', 'rank_by' (a sweep directory's config.json is one)")
     parser.add_argument("--config", default=None, metavar="FILE",
                         help=f"settings from a YAML or JSON file, {what}; flags given with it "
                              "override its values (docs/config_files.md)")
@@ -52,6 +52,7 @@ def train_base(args: argparse.Namespace) -> tuple[Any, int]:
     """``cmd_train``'s base config (resumed run's, the ``--config`` file's, or ``None``) and
     seed (``--seed``, else the file's, else 0)."""
     from jaxrl_async import config_files
+    from jaxrl_async.config_fields import check_seed
     from jaxrl_async.train import load_config
 
     file_seed = None
@@ -64,6 +65,8 @@ def train_base(args: argparse.Namespace) -> tuple[Any, int]:
     else:
         base = None
     _same_algo(args, base)
+    if args.seed is not None:
+        check_seed(args.seed, "--seed")
     seed = args.seed if args.seed is not None else file_seed
     return base, 0 if seed is None else seed
 
@@ -79,7 +82,8 @@ def sweep_base(args: argparse.Namespace) -> Any:
         if not args.grid and not args.random:
             args.grid = [f"{k}={','.join(map(str, v))}" for k, v in sweep_file.grid.items()]
             args.random = [f"{k}={v}" for k, v in sweep_file.random.items()]
-    for name, default in (("seeds", 2), ("num_samples", 16), ("sample_seed", 0)):
+    for name, default in (("seeds", 2), ("num_samples", 16), ("sample_seed", 0),
+                          ("rank_by", "final_return")):
         if getattr(args, name) is None:
             given = getattr(sweep_file, name, None)
             setattr(args, name, default if given is None else given)
@@ -112,4 +116,4 @@ def log_sweep(args: argparse.Namespace, out: Any, cfg: Any, spec: dict, result: 
         from jaxrl_async.tracking import log_sweep
 
         log_sweep(out, cfg, spec, result, project=args.wandb_project,
-                  entity=args.wandb_entity)
+                  entity=args.wandb_entity, rank_by=args.rank_by)

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 
 from jaxrl_async import cli_options as options
 from jaxrl_async.config import AsyncConfig, SyncConfig, field_docs
+from jaxrl_async.sinks import SCORES
 
 
 def runner_configs() -> dict[str, type]:
@@ -169,6 +170,14 @@ def sweep_parser(algo: str) -> argparse.ArgumentParser:
     parser.add_argument("--seeds", type=int, default=None, help="seeds per point (default: 2)")
     parser.add_argument("--sample-seed", type=int, default=None,
                         help="seed of the --random draws (default: 0)")
+    parser.add_argument("--rank-by", default=None,
+                        choices=SCORES,
+                        help="what picks the best config (best.json), averaged over seeds: "
+                             "final_return (the episodes that ended in each run's last 10 "
+                             "updates, or as many as hold one episode of the env's time limit), "
+                             "auc (all the run's episodes) or final_eval_return (the "
+                             "evaluation after the last update: needs --eval-every) "
+                             "(default: final_return)")
     parser.add_argument("--devices", type=int, default=None,
                         help="devices to spread the runs over (default: all local devices)")
     parser.add_argument("--out", default=None,

@@ -179,6 +179,11 @@ class TrainConfig:
 
     # ----------------------------------------------------------------- derived
     @property
+    def title(self) -> str:
+        """The algorithm's name as text writes it (``PPO``; ``Recurrent PPO`` sets its own)."""
+        return self.name.upper()
+
+    @property
     def steps_per_update(self) -> int:
         return self.num_envs * self.num_steps
 

@@ -190,6 +190,17 @@ def fail(cfg: Any, field: str, message: str) -> None:
     raise ValueError(f"{type(cfg).__name__}.{field} {message}, got {getattr(cfg, field)!r}")
 
 
+def check_seed(seed: Any, name: str = "seed") -> int:
+    """``seed`` as an ``int``, or a ``ValueError`` naming ``name``. One rule for every seed
+    (``jra.train``, ``jra.sweep``, ``jra.evaluate``, config files, the command line): an
+    integer in [0, 2**31), the int32 a sweep carries its seeds in on the device."""
+    ok = isinstance(seed, (int, np.integer)) and not isinstance(seed, bool)
+    if not ok or not 0 <= seed <= INT32_MAX:
+        raise ValueError(f"{name} must be an integer in [0, 2**31) (the rule for every seed, "
+                         f"train's and sweep's alike), got {seed!r}")
+    return int(seed)
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
     """A JSON-friendly dict of a config (nested configs included, with their type)."""
     out: dict[str, Any] = {"_type": type(cfg).__name__}

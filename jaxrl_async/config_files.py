@@ -9,6 +9,7 @@ A run file names the algorithm and sets any of its fields (``runner`` is a name 
     lr: 2.5e-4
     runner: {name: async, learner_devices: 2}   # or: runner: sync
     seed: 0                   # optional
+    from_sweep: {...}         # optional, not read: a sweep's best.json says where it came from
 
 A sweep file holds the base config (a mapping as above, or the path of a run file, relative to
 the sweep file), the grid or the random-search spaces, and the seeds::
@@ -17,6 +18,10 @@ the sweep file), the grid or the random-search spaces, and the seeds::
     grid: {lr: [1.0e-4, 3.0e-4], ent_coef: [0.0, 0.01]}    # or
     random: {lr: log:1e-4:1e-2}                             # with num_samples, sample_seed
     seeds: 4
+    rank_by: final_return     # optional: or auc, final_eval_return (what picks the best)
+
+A sweep directory's ``config.json`` is a sweep file (its base as a ``config.json`` mapping),
+and its ``best.json`` a run file of the best config.
 
 Every key is checked before anything compiles: an unknown key, a wrong type or a bad value is a
 ``ValueError`` naming the file, the key and what is allowed.
@@ -32,10 +37,12 @@ from typing import Any
 
 from jaxrl_async.algos import REGISTRY
 from jaxrl_async.config import AsyncConfig, SyncConfig
+from jaxrl_async.config_fields import check_seed
+from jaxrl_async.sinks import SCORES
 
 SUFFIXES = (".yaml", ".yml", ".json")
 RUNNERS = {"sync": SyncConfig, "async": AsyncConfig}
-SWEEP_KEYS = ("base", "grid", "random", "num_samples", "seeds", "sample_seed")
+SWEEP_KEYS = ("base", "grid", "random", "num_samples", "seeds", "sample_seed", "rank_by")
 RANGE_KINDS = ("log", "uniform")
 
 
@@ -80,15 +87,42 @@ def _yaml(text: str) -> Any:
 def load_config_file(path: str | Path) -> tuple[Any, int | None]:
     """The validated config a run file describes, and its ``seed`` (``None`` if not given)."""
     path = Path(path)
-    return config_from_mapping(read_file(path), str(path))
+    data = read_file(path)
+    if is_sweep_file(data):
+        raise ConfigFileError(sweep_note(path))
+    return config_from_mapping(data, str(path))
+
+
+def is_sweep_file(data: dict[str, Any]) -> bool:
+    """Whether ``data`` (a file's mapping) is a sweep's: a sweep file, or the ``config.json``
+    an older ``jaxrl-async sweep`` wrote (the base config with a ``sweep`` key)."""
+    return "base" in data or ("_type" in data and isinstance(data.get("sweep"), dict))
+
+
+def sweep_note(path: str | Path) -> str:
+    """Why a sweep's directory or file is not a run's, and what to pass instead."""
+    path = Path(path)
+    folder, sweep_file = (path, path / "config.json") if path.is_dir() else (path.parent, path)
+    best = folder / "best.json"
+    train = (f"train its best config with `jaxrl-async train --config {best} --run-dir RUN` "
+             "(then pass RUN), or " if best.exists() else "")
+    what = ("a sweep directory (jaxrl-async sweep's output), not a run directory: it holds no "
+            "trained run to evaluate, resume or load" if path.is_dir() else
+            "a sweep file (the base config and the swept values), not a run file")
+    return (f"{path} is {what}; {train}rerun the sweep with `jaxrl-async sweep --config "
+            f"{sweep_file}`")
 
 
 def config_from_mapping(data: dict[str, Any], where: str) -> tuple[Any, int | None]:
     """A config (and seed) from a run file's mapping; errors start with ``where``."""
     data = dict(data)
     seed = data.pop("seed", None)
-    if seed is not None and not _is_int(seed):
-        raise ConfigFileError(f"{where}: seed must be an integer, got {seed!r}")
+    data.pop("from_sweep", None)  # a sweep's best.json: where the config came from
+    if seed is not None:
+        try:
+            seed = check_seed(int(seed) if _is_int(seed) else seed, f"{where}: seed")
+        except ValueError as e:
+            raise ConfigFileError(str(e)) from None
     cls = _config_class(data, where)
     runner = _runner(data.pop("runner", None), where)
     kwargs = _fields(cls, data, where, skip=("runner",))
@@ -196,6 +230,7 @@ class SweepFile:
     num_samples: int | None
     seeds: int | None
     sample_seed: int | None
+    rank_by: str | None = None
 
 
 def load_sweep_file(path: str | Path) -> SweepFile:
@@ -254,7 +289,12 @@ def load_sweep_file(path: str | Path) -> SweepFile:
         out[key] = None if value is None else int(value)
     if out["num_samples"] is not None and not random:
         raise ConfigFileError(f"{where}: num_samples applies to random search only")
-    return SweepFile(cfg=cfg, grid=grid, random={k: str(v) for k, v in random.items()}, **out)
+    rank_by = data.get("rank_by")
+    if rank_by is not None and rank_by not in SCORES:
+        raise ConfigFileError(f"{where}: rank_by must be one of {', '.join(SCORES)}, got "
+                              f"{rank_by!r}")
+    return SweepFile(cfg=cfg, grid=grid, random={k: str(v) for k, v in random.items()},
+                     rank_by=rank_by, **out)
 
 
 def _is_number(text: str) -> bool:

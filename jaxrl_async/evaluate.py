@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_async.algos import make_algorithm
+from jaxrl_async.config_fields import check_seed
 from jaxrl_async.envs import RunningMoments, make_env, normalize
 from jaxrl_async.rollout import env_keys, eval_policy, run_episodes
 from jaxrl_async.runners.state import RunState, TrainResult
@@ -93,6 +94,8 @@ def evaluate(
     """
     if num_episodes < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
+    if key is None:
+        check_seed(seed)
     params, moments = _split(params, cfg, obs_moments)
     if cfg.normalize_obs and moments is None:
         raise ValueError(f"{type(cfg).__name__}.normalize_obs is set: evaluation needs the "
@@ -158,7 +161,10 @@ def save_gif(
 
     check_renderer(cfg.env)
 
-    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # pygame (classic control): no sound
+    # pygame (classic control) draws off-screen: no sound, no window (without these SDL
+    # probes the desktop and prints a line per frame on a headless machine)
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     from gymnax.visualize import Visualizer
 
     params, moments = _split(params, cfg, obs_moments)
@@ -174,7 +180,7 @@ def save_gif(
         return policy(params, obs[None], key[None], (), jnp.ones(1, bool))[0][0]
 
     inner = _gymnax_state  # the raw gymnax state under our wrappers
-    key = jax.random.key(seed)
+    key = jax.random.key(check_seed(seed))
     obs, state = jax.jit(env.reset)(env_keys(key, jnp.zeros(1, jnp.int32)))
     step = jax.jit(env.step)
     frames, rewards = [jax.tree.map(lambda x: x[0], inner(state))], []

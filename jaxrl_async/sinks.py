@@ -19,15 +19,34 @@ from typing import Any
 
 import numpy as np
 
+from jaxrl_async.envs import env_spec
 from jaxrl_async.runners.state import Callbacks
 
 
-def _clean(value: Any) -> Any:
-    """A JSON-safe scalar: NaN and infinities become null."""
-    value = value.item() if hasattr(value, "item") else value
+def strict(value: Any) -> Any:
+    """``value`` as strict JSON can hold it: NaN and infinities as ``None`` (null), NumPy and
+    JAX scalars and arrays as Python numbers and lists, tuples as lists (nested too)."""
+    if hasattr(value, "tolist"):  # NumPy/JAX scalars and arrays
+        value = value.tolist()
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def to_json(data: Any, **kwargs: Any) -> str:
+    """``data`` as strict JSON (RFC 8259: no bare ``NaN`` or ``Infinity``, which ``jq``,
+    JavaScript and most parsers reject): every file and line of JSON the library writes."""
+    return json.dumps(strict(data), allow_nan=False, **kwargs)
+
+
+def format_return(value: float) -> str:
+    """A return as printed: one decimal, ``0.0`` for what rounds to zero (never ``-0.0``)."""
+    text = f"{value:.1f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 
 class JsonlSink(Callbacks):
@@ -42,8 +61,8 @@ class JsonlSink(Callbacks):
         n = len(next(iter(rows.values())))
         for i in range(n):
             record = {"update": first_update + i + 1}
-            record.update({k: _clean(v[i]) for k, v in rows.items()})
-            self.file.write(json.dumps(record) + "\n")
+            record.update({k: v[i] for k, v in rows.items()})
+            self.file.write(to_json(record) + "\n")
         self.file.flush()
 
     def close(self) -> None:
@@ -129,11 +148,12 @@ class ProgressBar(Callbacks):
         self.bar.update(max(steps - self.bar.n, 0))
         ret = window_return(rows)  # the episodes that ended in this chunk
         sps = (steps - self.first_steps) / max(time.perf_counter() - self.start, 1e-9)
-        shown = f"{ret:.1f}" if math.isfinite(ret) else "n/a"
+        shown = format_return(ret) if math.isfinite(ret) else "n/a"
         if "eval_return" in rows:  # eval_every: the latest evaluation so far
             latest = last_eval_return(rows)
             self.eval = latest if math.isfinite(latest) else getattr(self, "eval", latest)
-            shown += f", eval={self.eval:.1f}" if math.isfinite(self.eval) else ", eval=n/a"
+            shown += f", eval={format_return(self.eval)}" if math.isfinite(self.eval) else \
+                ", eval=n/a"
         self.bar.set_postfix_str(f"SPS={sps:,.0f}, return={shown}")
 
     def close(self) -> None:
@@ -165,8 +185,23 @@ def window_returns(metrics: dict[str, np.ndarray], last: int | None = None) -> n
                         np.nan)
 
 
-def final_return(metrics: dict[str, np.ndarray], last: int = 10) -> float:
-    """Mean return of the episodes that ended in the last ``last`` updates (``window_return``)."""
+FINAL_UPDATES = 10  # the least number of updates a final return is averaged over
+SCORES = ("final_return", "auc", "final_eval_return")  # what runs are ranked by (sweeps)
+
+
+def final_window(cfg: Any) -> int:
+    """The updates a run's final return averages over: the last 10, or as many as hold one
+    whole episode of every env where the env's time limit is longer than that (Pendulum's
+    200 steps at 8 steps per update: 25 updates); at most the whole run. ``None``: 10."""
+    if cfg is None:
+        return FINAL_UPDATES
+    limit = env_spec(cfg.env).max_episode_steps or 0
+    return min(cfg.num_updates, max(FINAL_UPDATES, -(-limit // cfg.num_steps)))
+
+
+def final_return(metrics: dict[str, np.ndarray], last: int = FINAL_UPDATES) -> float:
+    """Mean return of the episodes that ended in the last ``last`` updates (``window_return``;
+    a run's final return uses ``last=final_window(cfg)``)."""
     return window_return(metrics, last)
 
 
@@ -199,15 +234,16 @@ def plot_learning_curve(metrics: dict[str, np.ndarray], path: str | Path, title:
 
 
 def write_json(path: str | Path, data: Any) -> None:
+    """Write ``data`` to ``path`` as strict JSON (NaN and infinities as null)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(data, indent=2, default=_clean) + "\n")
+    Path(path).write_text(to_json(data, indent=2) + "\n")
 
 
 def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
-    """Append ``record`` as one JSON line to ``path`` (NaN written as null)."""
+    """Append ``record`` as one strict JSON line to ``path`` (NaN and infinities as null)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with Path(path).open("a") as f:
-        f.write(json.dumps(record, default=_clean) + "\n")
+        f.write(to_json(record) + "\n")
 
 
 class Fanout(Callbacks):

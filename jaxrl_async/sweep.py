@@ -32,6 +32,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from jaxrl_async.config import hyper_fields, static_fields
+from jaxrl_async.config_fields import check_seed
 from jaxrl_async.runners import sync
 from jaxrl_async.runners.common import (
     build,
@@ -40,6 +41,7 @@ from jaxrl_async.runners.common import (
     with_evaluation,
     xla_option_probe,
 )
+from jaxrl_async.sinks import format_return
 from jaxrl_async.sweep_result import SweepResult
 from jaxrl_async.train import warn_partial_update
 
@@ -129,7 +131,9 @@ def _stack(configs: Sequence[Any]) -> Any:
 
 
 class _Progress:
-    """Host side of the in-program progress report (one device callback per log chunk)."""
+    """Host side of the in-program progress report (one device callback per log chunk): steps
+    done, SPS, and the best return so far (the highest mean return any run reported in an
+    update; never goes down, whichever device reports last)."""
 
     active: _Progress | None = None
     lock = threading.Lock()
@@ -137,6 +141,7 @@ class _Progress:
     def __init__(self, bar: Any, runs_per_device: list[int], steps_per_update: int):
         self.bar, self.runs, self.spu = bar, runs_per_device, steps_per_update
         self.done = [0] * len(runs_per_device)
+        self.best = -math.inf
         self.start = time.perf_counter()
 
     @staticmethod
@@ -149,8 +154,8 @@ class _Progress:
             steps = sum(u * r for u, r in zip(self.done, self.runs)) * self.spu
             self.bar.update(max(steps - self.bar.n, 0))
             sps = steps / max(time.perf_counter() - self.start, 1e-9)
-            best = float(best)
-            shown = f"{best:.1f}" if math.isfinite(best) else "n/a"
+            self.best = max(self.best, float(best)) if math.isfinite(best) else self.best
+            shown = format_return(self.best) if math.isfinite(self.best) else "n/a"
             self.bar.set_postfix_str(f"SPS={sps:,.0f}, best return={shown}")
 
 
@@ -259,10 +264,16 @@ def run_points(
     if cfg.runner.name != "sync" or cfg.runner.num_devices != 1:
         raise ValueError(f"{type(cfg).__name__}.runner: a sweep spreads whole runs over the "
                          "devices, one device per run; use runner=SyncConfig(num_devices=1)")
-    seeds = tuple(range(seeds)) if isinstance(seeds, int) else tuple(int(s) for s in seeds)
-    if not seeds or not all(0 <= s < 2**31 for s in seeds):
-        raise ValueError(f"seeds must be a positive count or non-empty seeds in [0, 2**31), "
-                         f"got {seeds}")
+    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+        if not 1 <= seeds <= 2**31:
+            raise ValueError(f"seeds must be a positive count (the seeds 0, 1, ...) or a "
+                             f"non-empty list of seeds, got {seeds}")
+        seeds = tuple(range(seeds))
+    else:
+        seeds = tuple(check_seed(s, "each of seeds") for s in seeds)
+        if not seeds:
+            raise ValueError("seeds must be a positive count or a non-empty list of seeds, "
+                             "got []")
     configs = [dataclasses.replace(cfg, **p) for p in points]  # validates every point now
     warn_partial_update(cfg)
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxrl_async.sinks import window_return
+from jaxrl_async.sinks import SCORES as METRICS
+from jaxrl_async.sinks import final_window, window_return
 
 AXIS = "runs"
 
@@ -45,9 +46,16 @@ class SweepResult:
                           for s in range(shape[1])] for c in range(shape[0])])
 
     @property
+    def final_window(self) -> int:
+        """The updates ``final_return`` averages over (``sinks.final_window``): the last 10, or
+        enough to hold a whole episode of the env's time limit in every env."""
+        return final_window(self.base)
+
+    @property
     def final_return(self) -> np.ndarray:
-        """``[configs, seeds]`` mean return of the episodes that ended in the last 10 updates."""
-        return self._per_run(10)
+        """``[configs, seeds]`` mean return of the episodes that ended in the last
+        ``final_window`` updates."""
+        return self._per_run(self.final_window)
 
     @property
     def final_eval_return(self) -> np.ndarray:
@@ -84,23 +92,30 @@ class SweepResult:
 
     def summary(self, metric: str = "final_return") -> list[dict[str, Any]]:
         """One row per config: its values and the mean and std of ``metric`` over seeds."""
-        values = getattr(self, metric)
+        values = self._metric(metric)
         with quiet_nan():  # a config none of whose runs ended an episode: NaN, said plainly
             return [{"config": c, **point, metric: float(np.nanmean(values[c])),
                      f"{metric}_std": float(np.nanstd(values[c]))}
                     for c, point in enumerate(self.points)]
 
+    def _metric(self, metric: str) -> np.ndarray:
+        """``[configs, seeds]`` values of ``metric`` (one of ``METRICS``)."""
+        check_metric(metric)
+        return getattr(self, metric)
+
     def best(self, metric: str = "final_return", maximize: bool = True) -> dict[str, Any]:
-        """The best config by ``metric`` (``final_return`` or ``auc``) averaged over seeds: its
-        summary row plus ``"cfg"``, the config itself. ``ValueError`` when no run has the
-        metric (no episode ended): there is no best then."""
+        """The best config by ``metric`` (``final_return``, ``auc`` or ``final_eval_return``)
+        averaged over seeds: its summary row plus ``"cfg"``, the config itself. ``ValueError``
+        when no run has the metric (no episode ended, or no evaluation): no config is best."""
         rows = self.summary(metric)
         scores = np.array([r[metric] for r in rows])
         if np.isnan(scores).all():
             from jaxrl_async.train import no_episode_note
 
-            raise ValueError(f"no config has a {metric}, so none is best: "
-                             + no_episode_note(self.base, 10 if metric == "final_return" else None))
+            why = ("the runs were not evaluated (eval_every=0): sweep with eval_every=N"
+                   if metric == "final_eval_return" else
+                   no_episode_note(self.base, whole_run=metric == "auc"))
+            raise ValueError(f"no config has a {metric}, so none is best: {why}")
         scores = np.where(np.isnan(scores), -np.inf if maximize else np.inf, scores)
         i = int(np.argmax(scores) if maximize else np.argmin(scores))
         return {**rows[i], "cfg": self.configs[i]}
@@ -128,6 +143,7 @@ class SweepResult:
         figure (saved to ``path`` when given)."""
         import matplotlib.pyplot as plt
 
+        check_metric(metric)
         grid = self.grid or {}
         if len(grid) == 2:
             fig = self._heatmap(metric)
@@ -146,7 +162,7 @@ class SweepResult:
         import matplotlib.pyplot as plt
 
         (row_name, row_values), (col_name, col_values) = self.grid.items()
-        mean = np.nanmean(getattr(self, metric), axis=1).reshape(len(row_values),
+        mean = np.nanmean(self._metric(metric), axis=1).reshape(len(row_values),
                                                                   len(col_values))
         fig, ax = plt.subplots(figsize=(1.2 * len(col_values) + 2.5, 0.8 * len(row_values) + 1.5))
         image = ax.imshow(mean, cmap="viridis", aspect="auto")
@@ -160,7 +176,7 @@ class SweepResult:
             ax.text(j, i, f"{value:.0f}", ha="center", va="center",
                     color="black" if value > middle else "white")
         fig.colorbar(image, ax=ax, label=f"{metric} (mean of {len(self.seeds)} seeds)")
-        ax.set_title(f"{self.base.name.upper()} on {self.base.env}")
+        ax.set_title(f"{self.base.title} on {self.base.env}")
         return fig
 
     def _curves(self) -> Any:
@@ -178,7 +194,7 @@ class SweepResult:
             ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
         ax.set_xlabel("environment steps")
         ax.set_ylabel("mean episodic return")
-        ax.set_title(f"{self.base.name.upper()} on {self.base.env}: {len(self.seeds)} seeds "
+        ax.set_title(f"{self.base.title} on {self.base.env}: {len(self.seeds)} seeds "
                      "(band: min-max)")
         ax.legend()
         ax.grid(alpha=0.3)
@@ -189,7 +205,7 @@ class SweepResult:
 
         fig, axes = plt.subplots(1, len(self.fields), figsize=(4 * len(self.fields), 3.5),
                                  squeeze=False)
-        values = getattr(self, metric)
+        values = self._metric(metric)
         for ax, name in zip(axes[0], self.fields):
             x = np.array([p[name] for p in self.points], dtype=float)
             ax.scatter(np.repeat(x, len(self.seeds)), values.ravel(), alpha=0.7)
@@ -199,6 +215,14 @@ class SweepResult:
             ax.set_ylabel(metric)
             ax.grid(alpha=0.3)
         return fig
+
+
+def check_metric(metric: str) -> None:
+    """``ValueError`` naming the metrics a sweep's runs can be ranked by, unless ``metric`` is
+    one of them."""
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)} (final_eval_return: with "
+                         f"eval_every), got {metric!r}")
 
 
 @contextlib.contextmanager

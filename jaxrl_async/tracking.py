@@ -21,8 +21,17 @@ import numpy as np
 
 from jaxrl_async.config import to_dict
 from jaxrl_async.runners.state import Callbacks, TrainResult
+from jaxrl_async.sinks import to_json
 
 STATE_FILE = "wandb.json"  # in the run directory: the tracker run's id and last update logged
+
+
+def wandb_dir(run_dir: str | Path | None) -> str | None:
+    """Where a tracker run's files go (``wandb.init(dir=...)``): under the run directory, unless
+    the user set ``WANDB_DIR`` (``None`` then: wandb reads it)."""
+    if os.environ.get("WANDB_DIR") or run_dir is None:
+        return None
+    return str(run_dir)
 
 
 def _wandb():
@@ -43,7 +52,8 @@ class WandbSink(Callbacks):
     ``jra.train(resume=RUN_DIR, callbacks=[WandbSink(...)])`` continues the same tracker run:
     rows start after the checkpoint, and rows a crashed run had already logged past it are not
     logged twice. Only process 0 of a multi-process run logs. ``WANDB_MODE=offline`` writes the
-    tracker run under ``<run dir>/wandb`` without a network (``wandb sync`` uploads it).
+    tracker run under ``<run dir>/wandb`` (``$WANDB_DIR/wandb`` when ``WANDB_DIR`` is set)
+    without a network (``wandb sync`` uploads it).
 
     ``keep_open=True`` leaves the tracker run open when training ends, to log more (an
     evaluation) before calling ``finish()``; by default it finishes with the training.
@@ -65,6 +75,9 @@ class WandbSink(Callbacks):
 
         if jax.process_index() != 0:  # only the main process logs
             return
+        from jaxrl_async import sinks
+
+        self.final_window = sinks.final_window(cfg)
         wandb = _wandb()
         saved: dict[str, Any] = {}
         if run_dir is not None:
@@ -72,7 +85,7 @@ class WandbSink(Callbacks):
             if self.state_path.exists():  # a resumed run: the same tracker run
                 saved = json.loads(self.state_path.read_text())
         self.last_update = int(saved.get("last_update", 0))
-        kwargs = {"dir": str(run_dir) if run_dir is not None else None, **self.init_kwargs}
+        kwargs = {"dir": wandb_dir(run_dir), **self.init_kwargs}
         self.run = wandb.init(
             project=saved.get("project", self.project), entity=saved.get("entity", self.entity),
             name=self.name or (Path(run_dir).name if run_dir is not None else None),
@@ -133,7 +146,7 @@ class WandbSink(Callbacks):
         wandb = _wandb()
         figures = result.timing or {}
         self.run.summary.update({
-            "final_return": sinks.final_return(result.metrics),
+            "final_return": sinks.final_return(result.metrics, self.final_window),
             "updates_done": int(result.state.update),
             **{k: figures[k] for k in ("sps", "sps_collected", "compile_s", "train_s")
                if figures.get(k) is not None}})
@@ -177,27 +190,32 @@ class WandbSink(Callbacks):
         data = {"id": self.run.id, "project": self.run.project, "entity": self.entity,
                 "last_update": self.last_update}
         tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data) + "\n")
+        tmp.write_text(to_json(data) + "\n")
         os.replace(tmp, self.state_path)
 
 
 def log_sweep(out: str | Path, cfg: Any, spec: dict[str, Any], result: Any, *,
-              project: str | None = None, entity: str | None = None) -> None:
+              project: str | None = None, entity: str | None = None,
+              rank_by: str = "final_return") -> None:
     """One tracker run for a whole sweep (job type ``sweep``): the base config and the swept
     spaces as its config, ``results.csv`` as a table (one row per config and seed), the best
-    config in the summary, the sweep plot as an image."""
+    config by ``rank_by`` in the summary (when one has a score), the sweep plot as an image."""
     import csv
 
     wandb = _wandb()
     out = Path(out)
-    run = wandb.init(project=project, entity=entity, name=out.name, dir=str(out),
+    run = wandb.init(project=project, entity=entity, name=out.name, dir=wandb_dir(out),
                      job_type="sweep", config={**to_dict(cfg), "sweep": spec})
     try:
         with (out / "results.csv").open(newline="") as f:
             rows = list(csv.reader(f))
         run.log({"results": wandb.Table(columns=rows[0], data=rows[1:])})
-        best = result.best()
-        run.summary.update({"best/" + k: best[k] for k in (*result.fields, "final_return")})
+        try:
+            best = result.best(rank_by)
+        except ValueError:  # no config has a score: no best
+            best = None
+        if best is not None:
+            run.summary.update({"best/" + k: best[k] for k in (*result.fields, rank_by)})
         if (out / "sweep.png").exists():
             run.summary["sweep_plot"] = wandb.Image(str(out / "sweep.png"))
     finally:

@@ -17,6 +17,7 @@ from jaxrl_async import checkpoint, config_files, runners, sinks
 from jaxrl_async.algos import from_dict
 from jaxrl_async.checkpoint import CheckpointError
 from jaxrl_async.config import to_dict
+from jaxrl_async.config_fields import check_seed
 from jaxrl_async.envs import env_spec, is_host_env
 from jaxrl_async.runners import sync
 from jaxrl_async.runners.state import (
@@ -51,10 +52,11 @@ def warn_partial_update(cfg: Any) -> None:
             stacklevel=3)
 
 
-def no_episode_note(cfg: Any, last: int | None = 10) -> str:
-    """Why a return is NaN: no episode ended in the last ``last`` updates (all: ``None``); with
-    the steps each env took, and an episode's time limit where the env knows it."""
-    window = cfg.num_updates if last is None else min(last, cfg.num_updates)
+def no_episode_note(cfg: Any, whole_run: bool = False) -> str:
+    """Why a return is NaN: no episode ended in the final return's window
+    (``sinks.final_window``; ``whole_run``: in the run); with the steps each env took, and an
+    episode's time limit where the env knows it."""
+    window = cfg.num_updates if whole_run else sinks.final_window(cfg)
     steps = cfg.num_updates * cfg.num_steps
     note = (f"no episode ended in the run (each env took {steps:,} steps)"
             if window == cfg.num_updates else
@@ -90,6 +92,8 @@ def load_config(run_dir: str | Path) -> Any:
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} does not hold a config: a JSON object with '_type' "
                               f"expected, got {type(data).__name__}")
+    if config_files.is_sweep_file(data):
+        raise CheckpointError(config_files.sweep_note(run_dir))
     try:
         return from_dict(data, ignore=("seed",))
     except (ValueError, TypeError) as e:
@@ -131,6 +135,7 @@ def train(
     partial result, ``run_dir`` and the newest checkpoint, all from before the divergence: the
     diverged state is never saved).
     """
+    check_seed(seed)
     state, earlier = None, {}
     if resume is not None:
         resume = Path(resume)
@@ -147,11 +152,7 @@ def train(
         run_dir = resume
         state = checkpoint.restore(resume, cfg, budget_may_differ=True)  # writes nothing
         seed = json.loads((resume / "config.json").read_text()).get("seed", seed)
-        done = int(state.update)
-        if done > cfg.num_updates:
-            raise CheckpointError(
-                f"{resume} has trained {done:,} updates = {done * cfg.steps_per_update:,} "
-                f"steps: total_timesteps={cfg.total_timesteps:,} must be at least that")
+        done = int(state.update)  # at most cfg.num_updates (check_resume)
         earlier = sinks.read_metrics(resume / "metrics.jsonl", up_to=done)
         if jax.process_index() == 0:
             sinks.truncate_metrics(resume, done)
@@ -195,7 +196,7 @@ def train(
         result = result._replace(metrics=_concat(earlier, result.metrics))
         if run_dir is not None and result.metrics:
             sinks.plot_learning_curve(result.metrics, run_dir / "learning_curve.png",
-                                      f"{cfg.name.upper()} on {cfg.env}")
+                                      f"{cfg.title} on {cfg.env}")
             sinks.write_json(run_dir / "summary.json",
                              {**summary(cfg, result), "interrupted": interrupted is not None,
                               "diverged": None if diverged is None else
@@ -237,8 +238,9 @@ def summary(cfg: Any, result: TrainResult) -> dict[str, Any]:
         "runner": cfg.runner.name,
         "total_timesteps": cfg.num_updates * cfg.steps_per_update,
         "updates_done": int(result.state.update),
-        "final_return": sinks.final_return(result.metrics),
-        "final_eval_return": sinks.last_eval_return(result.metrics),  # eval_every; else NaN
+        "final_return": sinks.final_return(result.metrics, sinks.final_window(cfg)),
+        "final_return_updates": sinks.final_window(cfg),  # the updates it averages over
+        "final_eval_return": sinks.last_eval_return(result.metrics),  # eval_every; else NaN (null)
         "sps": timing.get("sps"),  # env steps trained on per second
         "sps_collected": timing.get("sps_collected"),  # async: env steps collected per second
         "compile_s": timing.get("compile_s"),

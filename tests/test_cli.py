@@ -58,7 +58,8 @@ def run_dir(trained):
 def test_train_prints_summary_and_evaluation(trained):
     out = trained[1]
     assert "final return" in out and "SPS" in out
-    assert "evaluation (greedy, 4 episodes on fresh envs): return" in out
+    assert ("final evaluation (after training: 4 greedy episodes on fresh envs, seed 0): "
+            "return") in out
 
 
 def test_short_run_writes_a_run_directory(run_dir):

@@ -22,7 +22,8 @@ LAYERS = [
     ["jaxrl_async.train"],
     ["jaxrl_async.sweep_result"],
     ["jaxrl_async.sweep"],
-    ["jaxrl_async.cli", "jaxrl_async.cli_parsers", "jaxrl_async.cli_options"],
+    ["jaxrl_async.cli", "jaxrl_async.cli_parsers", "jaxrl_async.cli_options",
+     "jaxrl_async.cli_sweep"],
 ]
 
 

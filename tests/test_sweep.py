@@ -167,7 +167,8 @@ def test_sweep_command_line(swept, tmp_path, capsys):
     assert rows[0] == ("config,lr,ent_coef,seed,final_return,auc,final_eval_return,"
                        "sps") and len(rows) == 19
     best = json.loads((out / "best.json").read_text())
-    assert best["config"]["_type"] == "PPOConfig" and best["lr"] in (1e-3, 3e-4, 1e-4)
+    assert best["_type"] == "PPOConfig" and best["lr"] in (1e-3, 3e-4, 1e-4)  # a run file
+    assert best["from_sweep"]["rank_by"] == "final_return"
     assert (out / "sweep.png").stat().st_size > 1000
     assert main(["sweep", "--grid", "num_envs=4,8", "--no-progress"]) == 2
     assert "PPOConfig.num_envs is static" in capsys.readouterr().err

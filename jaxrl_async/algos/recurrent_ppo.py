@@ -42,6 +42,7 @@ class RecurrentPPOConfig(PPOConfig):
     """Steps backpropagated through: the trajectory is cut into chunks of this length."""
 
     name = "recurrent_ppo"
+    title = "Recurrent PPO"
 
     def validate(self) -> None:
         super().validate()

@@ -131,9 +131,11 @@ def train_parser(algo: str) -> argparse.ArgumentParser:
                              "new one (docs/checkpoints.md)")
     parser.add_argument("--eval-episodes", type=int, default=argparse.SUPPRESS,
                         dest="final_eval_episodes",
-                        help="greedy evaluation episodes on fresh envs after training (0: none; "
-                             "default: 10); when > 0 also the config's eval_episodes, the "
-                             "episodes of each evaluation during training (--eval-every)")
+                        help="episodes of the final evaluation on fresh envs, written to "
+                             "eval.json (0: none after training; default: 10): greedy, after "
+                             "training; with --eval-every, the episodes of each evaluation "
+                             "during training (the config's eval_episodes), the last of which "
+                             "is the final evaluation")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="show a progress bar (default: on)")
     options.add_tracking_options(parser)

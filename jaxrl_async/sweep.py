@@ -270,10 +270,11 @@ def run_points(
                              f"non-empty list of seeds, got {seeds}")
         seeds = tuple(range(seeds))
     else:
+        if isinstance(seeds, (bool, str)) or not isinstance(seeds, (Sequence, np.ndarray)) or \
+                not len(seeds):
+            raise ValueError(f"seeds must be a positive count or a non-empty list of seeds, "
+                             f"got {seeds!r}")
         seeds = tuple(check_seed(s, "each of seeds") for s in seeds)
-        if not seeds:
-            raise ValueError("seeds must be a positive count or a non-empty list of seeds, "
-                             "got []")
     configs = [dataclasses.replace(cfg, **p) for p in points]  # validates every point now
     warn_partial_update(cfg)
 

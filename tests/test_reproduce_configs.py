@@ -5,6 +5,8 @@ import dataclasses
 import json
 import math
 
+import pytest
+
 from experiments.reproduce.__main__ import CONFIGS, load
 from experiments.reproduce.suites import SUITES
 from jaxrl_async.algos import known_configs
@@ -43,16 +45,22 @@ def test_only_keeps_the_other_rows_of_results_json(tmp_path, monkeypatch):
     earlier = [fake("cleanrl_ppo_cartpole", 1.0), fake("cleanrl_dqn_cartpole", 2.0)]
     (tmp_path / "results.json").write_text(json.dumps(earlier))
     monkeypatch.setattr(reproduce, "plot", lambda row, path: None)
-    monkeypatch.setattr(reproduce, "run_row",
-                        lambda row, seeds, budget: fake(row.config, 3.0))
+    monkeypatch.setattr(reproduce, "run_row",  # a row with no evaluation: NaN
+                        lambda row, seeds, budget: fake(row.config, 3.0) | {
+                            "eval_mean": math.nan, "eval_std": math.nan,
+                            "curves": {"eval_return": [[math.nan, 1.0]]}})
     reproduce.main(["--suite", "classic", "--only", "rlzoo_sac_pendulum",
                     "cleanrl_dqn_cartpole", "--out", str(tmp_path)])
-    rows = json.loads((tmp_path / "results.json").read_text())
+    rows = json.loads((tmp_path / "results.json").read_text(),  # strict JSON: NaN is null
+                      parse_constant=lambda c: pytest.fail(f"bare {c} in results.json"))
     assert [(r["config"], r["train_mean"]) for r in rows] == [
         ("cleanrl_ppo_cartpole", 1.0), ("cleanrl_dqn_cartpole", 3.0),
         ("rlzoo_sac_pendulum", 3.0)]
+    assert rows[1]["eval_mean"] is None and rows[1]["curves"]["eval_return"] == [[None, 1.0]]
     text = (tmp_path / "table.md").read_text()
     assert "--only rlzoo_sac_pendulum cleanrl_dqn_cartpole" in text and text.count("| E |") == 3
+    assert text.count("| n/a (1 greedy) |") == 2
+    reproduce.main(["--suite", "classic", "--replot", "--out", str(tmp_path)])  # reads it back
 
 
 def test_rlzoo_ppo_pendulum_carries_the_rlzoo_entry_over():

@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 
 from experiments.reproduce.suites import SUITES, Row  # noqa: E402
 from jaxrl_async.algos import from_dict  # noqa: E402
-from jaxrl_async.sinks import window_returns  # noqa: E402
+from jaxrl_async.sinks import to_json, window_returns  # noqa: E402
 from jaxrl_async.sweep import run_points  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "published"
@@ -76,8 +76,8 @@ def run_row(row: Row, seeds: int, budget: int | None) -> dict:
     }
 
 
-def _pm(mean: float, std: float | None) -> str:
-    if not math.isfinite(mean):
+def _pm(mean: float | None, std: float | None) -> str:
+    if mean is None or not math.isfinite(mean):  # results.json writes NaN as null
         return "n/a"
     return f"{mean:.1f}" if std is None else f"{mean:.1f} ± {std:.1f}"
 
@@ -168,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         plot(result, out / f"{row.config}.png")
         kept[row.config] = result
         rows = sorted(kept.values(), key=rank)
-        saved.write_text(json.dumps(rows) + "\n")  # after every row
-        print(json.dumps({k: v for k, v in result.items() if k != "curves"}), flush=True)
+        saved.write_text(to_json(rows) + "\n")  # after every row; strict JSON (NaN: null)
+        print(to_json({k: v for k, v in result.items() if k != "curves"}), flush=True)
     rows = sorted(kept.values(), key=rank)
     text = table(rows)
     command = " ".join(["python -m experiments.reproduce", *(argv if argv is not None

@@ -31,7 +31,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PIP = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+PIP = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
        "--disable-pip-version-check"]
 
 
@@ -62,8 +62,8 @@ def resolve(reqs: list[str]) -> tuple[dict[str, str] | None, str]:
         report = Path(folder) / "report.json"
         out = subprocess.run([*PIP, "--report", str(report), *reqs], capture_output=True,
                              text=True)
-        if out.returncode != 0:
-            return None, out.stderr
+        if out.returncode != 0:  # pip's "The conflict is caused by" lines are on stdout
+            return None, out.stdout + out.stderr
         installs = json.loads(report.read_text())["install"]
     return {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in installs}, ""
 
@@ -71,7 +71,7 @@ def resolve(reqs: list[str]) -> tuple[dict[str, str] | None, str]:
 def why(stderr: str) -> list[str]:
     """The lines of pip's ResolutionImpossible report that name a dependency's jax cap."""
     lines = [line.strip() for line in stderr.splitlines()]
-    named = [line for line in lines if re.search(r"depends on jax\b|requires jax\b", line)]
+    named = [line for line in lines if re.search(r"depends on jax[<>=!~]", line)]
     return named or [line for line in lines if line.startswith("ERROR")][:3]
 
 

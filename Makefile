@@ -9,7 +9,7 @@ SUITE ?= classic
 ARGS ?=
 
 .PHONY: setup setup-latest test-latest try-newest train test test-suites fuzz bench bench-atari bench-sweep bench-peers bench-host-envs \
-	bench-scaling bench-scaling-full bench-tracking accelerator-check reproduce docs lint \
+	bench-scaling bench-scaling-full bench-tracking accelerator-check accelerator-offline-check reproduce docs lint \
 	check-install check-floors clean
 
 setup: $(STAMP)
@@ -103,6 +103,11 @@ bench-scaling-full: $(STAMP)
 # On a machine with an NVIDIA GPU: fresh venv with CUDA jax, benchmarks, one JSON line.
 accelerator-check:
 	bash experiments/accelerator_check.sh
+
+# The GPU machine's install path here, on the CPU: a Python 3.12 "image" with jax 0.11.2, the
+# wheels from experiments/gpu_wheels.sh, pip --no-index (docs/results.md#accelerator-check).
+accelerator-offline-check:
+	bash experiments/accelerator_offline_check.sh $(ARGS)
 
 # Training with and without the W&B sink (offline): SPS and the sink's host time.
 bench-tracking: $(STAMP)

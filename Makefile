@@ -8,7 +8,7 @@ RUNNER ?= sync
 SUITE ?= classic
 ARGS ?=
 
-.PHONY: setup setup-latest test-latest try-newest train test test-suites fuzz bench bench-atari bench-sweep bench-peers bench-host-envs \
+.PHONY: setup setup-latest train-latest test-latest try-newest train test test-suites fuzz bench bench-atari bench-sweep bench-peers bench-host-envs \
 	bench-scaling bench-scaling-full bench-tracking accelerator-check accelerator-offline-check reproduce docs lint \
 	check-install check-floors clean
 
@@ -38,6 +38,9 @@ $(STAMP_LATEST): pyproject.toml
 		-e ".[test,wandb,envpool,suites]"
 	$(PY_LATEST) -c 'import sys, jax; print("$(VENV_LATEST): Python", sys.version.split()[0], "jax", jax.__version__)'
 	touch $(STAMP_LATEST)
+
+train-latest: $(STAMP_LATEST)
+	$(VENV_LATEST)/bin/jaxrl-async train --algo ppo --env CartPole-v1 --runner $(RUNNER) $(ARGS)
 
 test-latest: $(STAMP_LATEST)
 	$(PY_LATEST) -m pytest -q -n 2 --dist loadfile $(ARGS)

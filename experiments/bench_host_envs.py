@@ -57,6 +57,8 @@ import jaxrl_async as jra  # noqa: E402
 from jaxrl_async.envs import make_host_env  # noqa: E402
 from jaxrl_async.runners import host_actors, placement  # noqa: E402
 
+jra.use_compile_cache("off")  # compile times here are cold ones (docs/results.md)
+
 THREADS = (1, 2, 4)
 
 

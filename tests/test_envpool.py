@@ -17,7 +17,7 @@ import jaxrl_async as jra  # noqa: E402
 from jaxrl_async.algos import make_algorithm  # noqa: E402
 from jaxrl_async.config import to_dict  # noqa: E402
 from jaxrl_async.envs import env_spec  # noqa: E402
-from jaxrl_async.envs.host import EnvPoolVecEnv  # noqa: E402
+from jaxrl_async.envs.host_envpool import EnvPoolVecEnv  # noqa: E402
 from jaxrl_async.runners import host_actors, placement  # noqa: E402
 from tests.conftest import compile_once, runner_threads  # noqa: E402
 

@@ -41,8 +41,7 @@ from jax.sharding import SingleDeviceSharding
 
 from jaxrl_async.algos import Algorithm, Trajectory, make_algorithm
 from jaxrl_async.algos.base import has_memory
-from jaxrl_async.envs import EnvSpec
-from jaxrl_async.envs.host import HostVecEnv, host_env_spec, make_host_env
+from jaxrl_async.envs import EnvSpec, HostVecEnv, host_env_spec, make_host_env
 from jaxrl_async.rollout import EpisodeSums, env_keys, step_index, step_keys
 from jaxrl_async.runners.actor_learner import Setup, drive
 from jaxrl_async.runners.common import init_state, update_keys
@@ -323,7 +322,8 @@ def _run(cfg: Any, key: jax.Array, callbacks: Callbacks,
     try:
         for _ in where.streams:
             envs.append(make_host_env(cfg.env, where.per_stream, flatten_obs=cfg.flatten_obs,
-                                      vectorization=cfg.runner.host_vectorization,
+                                      vectorization={"sync": "inline", "async": "workers"}[
+                                          cfg.runner.host_vectorization],
                                       step_timeout=cfg.runner.host_step_timeout))
         compile_s = time.perf_counter() - start
 

@@ -18,7 +18,7 @@ from jaxrl_async.algos import make_algorithm  # noqa: E402
 from jaxrl_async.config import to_dict  # noqa: E402
 from jaxrl_async.envs import env_spec  # noqa: E402
 from jaxrl_async.envs.host_envpool import EnvPoolVecEnv  # noqa: E402
-from jaxrl_async.runners import host_actors, placement  # noqa: E402
+from jaxrl_async.runners import host_actors, host_batcher, placement  # noqa: E402
 from tests.conftest import compile_once, runner_threads  # noqa: E402
 
 FRAMES = (4, 84, 84)
@@ -37,7 +37,8 @@ def reuse_compiled():
     def key(cfg, algo, spec, where):
         fields = {k: v for k, v in to_dict(cfg).items() if k not in ("env", "runner")}
         return (json.dumps(fields, sort_keys=True), dataclasses.replace(spec, env_id=""),
-                spec.num_actions, cfg.runner.num_streams, tuple(where.actor_devices),
+                spec.num_actions, cfg.runner.num_streams,
+                host_batcher.groups(cfg.runner, where.per_stream), tuple(where.actor_devices),
                 tuple(where.learner_devices))
 
     yield from compile_once(host_actors, "compile_host_programs", key)
@@ -89,9 +90,9 @@ def test_pong_through_host_actors_truncates_with_the_final_frames(devices):
     params = jax.device_put(
         programs.learner.pack_params(jax.device_put(state._replace(env=()), where.replicated)),
         where.actor_devices[0])
-    env = EnvPoolVecEnv(spec, 4, max_episode_steps=3)
+    env = EnvPoolVecEnv(spec, 4, groups=2, max_episode_steps=3)
     try:
-        actor = host_actors.HostActor(env, programs, where.streams[0], cfg.num_steps)
+        actor = host_actors.make_batcher(cfg, env, programs, where.streams[0])
         actor.reset([11, 12, 13, 14])
         traj, _ = actor.rollout(params, jax.device_put(state.key, where.actor_devices[0]), 0, 0)
     finally:

@@ -5,7 +5,8 @@
 #
 #     bash experiments/gpu_wheels.sh [FOLDER]          (default ./wheels)
 #
-# What is downloaded: this project's dependencies and those of the extras in
+# What is downloaded: the build backend (setuptools), this project's dependencies and those of
+# the extras in
 # $JAXRL_ACCEL_EXTRAS (default bench: rejax, distrax, flashbax and what they pull in), resolved
 # for CPython $JAXRL_WHEEL_PYTHON (default 3.12) on manylinux x86_64 (glibc 2.$JAXRL_WHEEL_GLIBC_MINOR,
 # default 2.35, or older), binary wheels only, with the packages the GPU image already has pinned
@@ -31,7 +32,8 @@ tr ' ' '\n' <<<"$PINS" > "$work/image.txt"
 # The requirements: pyproject's dependencies and the extras' (jaxrl_async[a,b] expanded).
 "$PYTHON" - "$ROOT/pyproject.toml" "$EXTRAS" > "$work/requirements.txt" <<'PYEOF'
 import re, sys, tomllib
-project = tomllib.loads(open(sys.argv[1], "rb").read().decode())["project"]
+pyproject = tomllib.loads(open(sys.argv[1], "rb").read().decode())
+project = pyproject["project"]
 optional = project.get("optional-dependencies", {})
 def expand(extra):
     for req in optional[extra]:
@@ -41,7 +43,9 @@ extras = [e for e in sys.argv[2].split(",") if e]
 unknown = [e for e in extras if e not in optional]
 if unknown:
     sys.exit(f"gpu_wheels: extras {unknown} are not in pyproject.toml; allowed: {sorted(optional)}")
-print("\n".join([*project["dependencies"], *(r for e in extras for r in expand(e))]))
+# The build backend too: pip builds this checkout (pip install -e) from the folder as well.
+print("\n".join([*pyproject["build-system"]["requires"], *project["dependencies"],
+                 *(r for e in extras for r in expand(e))]))
 PYEOF
 "$PYTHON" -m pip download --quiet --disable-pip-version-check --dest "$OUT" \
     --only-binary=:all: --python-version "$PYV" --implementation cp --abi "cp${PYV/./}" \

@@ -235,7 +235,7 @@ def compile_section(rounds: int = 1) -> dict:
                     compiler_options(cfg))
                 runs[name].append(time.perf_counter() - start)
             else:
-                sync._host_programs.cache_clear()  # the sync host loop's jitted functions
+                sync._PROGRAMS.clear()  # the sync host loop's jitted functions
                 runs[name].append(jra.train(cfg, seed=0, progress=False).timing["compile_s"])
     figs = {name: float(np.median(times)) for name, times in runs.items()}
     return emit({"section": "compile", **figs, "runs": runs, "target_s": 5.0,

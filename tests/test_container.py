@@ -128,3 +128,14 @@ def test_image_check_is_an_executable_valid_script_behind_make_test_image():
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^test-image:\n\tbash experiments/image_check\.sh", makefile, re.M)
     assert "make test-image" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_cuda_base_named_in_the_docs_is_the_one_everywhere():
+    """The one --build-arg that makes the CUDA image, as the Containerfile, the Makefile,
+    docs/scaling.md and accelerator_check.sh print it, names the same base."""
+    pattern = re.compile(r"BASE=(nvidia/cuda:[\w.-]+)")
+    named = {path: set(pattern.findall((ROOT / path).read_text()))
+             for path in ("Containerfile", "Makefile", "docs/scaling.md",
+                          "experiments/accelerator_check.sh")}
+    assert set.union(*named.values()) == {"nvidia/cuda:12.8.1-base-ubuntu24.04"}, named
+    assert all(named.values()), named

@@ -10,7 +10,7 @@ ARGS ?=
 
 .PHONY: setup setup-latest test-latest try-newest train test test-suites fuzz bench bench-atari bench-sweep bench-peers bench-host-envs \
 	bench-scaling bench-scaling-full bench-tracking accelerator-check reproduce docs lint \
-	check-install check-floors clean
+	check-install check-floors image test-image clean
 
 setup: $(STAMP)
 
@@ -103,6 +103,22 @@ bench-scaling-full: $(STAMP)
 # On a machine with an NVIDIA GPU: fresh venv with CUDA jax, benchmarks, one JSON line.
 accelerator-check:
 	bash experiments/accelerator_check.sh
+
+# The container image (Containerfile; docs/scaling.md#containers). `make image` builds it with
+# podman or docker from the default base (python:3.12-slim, from a registry); a CUDA image:
+# make image IMAGE_BASE=nvidia/cuda:12.8.1-base-ubuntu24.04 IMAGE=jaxrl_async:cuda
+CONTAINER ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
+IMAGE ?= jaxrl_async
+IMAGE_BASE ?=
+IMAGE_ARGS ?=
+
+image:
+	$(CONTAINER) build -f Containerfile -t $(IMAGE) $(if $(IMAGE_BASE),--build-arg BASE=$(IMAGE_BASE)) $(IMAGE_ARGS) .
+
+# Builds it on a local Debian base (no registry; podman, runc, debootstrap, as root) and runs
+# jaxrl-async train and the notebooks inside it (experiments/image_check.sh).
+test-image:
+	bash experiments/image_check.sh $(ARGS)
 
 # Training with and without the W&B sink (offline): SPS and the sink's host time.
 bench-tracking: $(STAMP)

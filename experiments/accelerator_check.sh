@@ -245,3 +245,11 @@ import jax
 out["jax"], out["devices"] = jax.__version__, [str(d) for d in jax.devices()]
 print(json.dumps(out))
 EOF
+cat >&2 <<'MSG'
+accelerator_check: the same GPU from the container image (docs/scaling.md#containers; the CUDA
+image differs from the tested CPU one in BASE alone; docker: --gpus all):
+  podman build -t jaxrl_async:cuda --build-arg BASE=nvidia/cuda:12.8.1-base-ubuntu24.04 .
+  podman run --rm --device nvidia.com/gpu=all jaxrl_async:cuda \
+      python -c "import jax; print(jax.devices())"
+  podman run --rm --device nvidia.com/gpu=all jaxrl_async:cuda jaxrl-async train --num-envs 2048
+MSG

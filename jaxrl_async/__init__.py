@@ -13,6 +13,9 @@ from jaxrl_async.checkpoint import CheckpointError
 from jaxrl_async.config import AsyncConfig, SyncConfig
 from jaxrl_async.envs import EnvSpec, env_spec, make_env, register_env
 from jaxrl_async.evaluate import evaluate, save_gif
+from jaxrl_async.pbt import pbt, resume_population, successive_halving
+from jaxrl_async.population import Space
+from jaxrl_async.population_result import PopulationResult
 from jaxrl_async.runners.state import RunState, TrainingDiverged, TrainingInterrupted, TrainResult
 from jaxrl_async.sweep import (
     LogUniform,
@@ -47,6 +50,11 @@ __all__ = [
     "sweep",
     "random_search",
     "SweepResult",
+    "pbt",
+    "successive_halving",
+    "resume_population",
+    "Space",
+    "PopulationResult",
     "Uniform",
     "LogUniform",
     "use_cpu_cores",

@@ -14,6 +14,9 @@ from jaxrl_async.compile_cache import use_compile_cache
 from jaxrl_async.config import AsyncConfig, SyncConfig
 from jaxrl_async.envs import EnvSpec, env_spec, make_env, register_env
 from jaxrl_async.evaluate import evaluate, save_gif
+from jaxrl_async.pbt import pbt, resume_population, successive_halving
+from jaxrl_async.population import Space
+from jaxrl_async.population_result import PopulationResult
 from jaxrl_async.runners.state import RunState, TrainingDiverged, TrainingInterrupted, TrainResult
 from jaxrl_async.sweep import (
     LogUniform,
@@ -48,6 +51,11 @@ __all__ = [
     "sweep",
     "random_search",
     "SweepResult",
+    "pbt",
+    "successive_halving",
+    "resume_population",
+    "Space",
+    "PopulationResult",
     "Uniform",
     "LogUniform",
     "use_cpu_cores",

@@ -158,7 +158,8 @@ def train(
             sinks.truncate_metrics(resume, done)
     elif cfg is None:
         raise ValueError("train() needs a config, or resume=RUN_DIR")
-    elif run_dir is not None and _holds_a_run(Path(run_dir)):
+    elif run_dir is not None and jax.process_index() == 0 and _holds_a_run(Path(run_dir)):
+        # only the main process writes it (the others may see what it wrote: a shared disk)
         raise ValueError(f"{run_dir} already holds a run; continue it with resume={run_dir!r} "
                          "or choose another run directory")
 

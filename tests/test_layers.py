@@ -22,6 +22,9 @@ LAYERS = [
     ["jaxrl_async.train"],
     ["jaxrl_async.sweep_result"],
     ["jaxrl_async.sweep"],
+    ["jaxrl_async.population", "jaxrl_async.exploit", "jaxrl_async.population_result"],
+    ["jaxrl_async.population_checkpoint"],
+    ["jaxrl_async.pbt"],
     ["jaxrl_async.cli", "jaxrl_async.cli_parsers", "jaxrl_async.cli_options",
      "jaxrl_async.cli_sweep"],
 ]

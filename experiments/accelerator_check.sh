@@ -16,7 +16,9 @@
 #    - bench_sync at 2048 envs x 128 steps, 2e7 steps, ours and the PureJaxRL-style baseline
 #      (experiments/baseline_ppo.py) side by side in one process: SPS, compile;
 #    - bench_async with both roles on one GPU, and on two GPUs when there are two;
-#    - a 16-config sweep (bench_sweep --sweep-only: 16 configs x 2 seeds in one program).
+#    - a 16-config sweep (bench_sweep --sweep-only: 16 configs x 2 seeds in one program);
+#    - host envs (bench_host_envs: 64 and 256 waiting envs, EnvPool Pong where installed;
+#      workers sized to the cores): collection against the envs' limit, learner busy.
 # --dry-run stops after steps 1 and the choice of 2, printing the plan as one JSON line.
 set -euo pipefail
 
@@ -118,6 +120,8 @@ else
     echo '{"skipped": "one GPU"}' > "$LOG/async_2gpu.json"
 fi
 step sweep 120 "$PY" experiments/bench_sweep.py --sweep-only
+step host_envs 100 "$PY" experiments/bench_host_envs.py --cases sleep:5:64 sleep:20:256 \
+    envpool:Pong-v5:64 --budget-s 2 --max-updates 30 --one-line
 "$PY" - "$LOG" "$NUM_GPUS" "$GPU_NAME" "$SOURCE" "$START" <<'EOF'
 import json, sys, time
 from pathlib import Path
@@ -125,7 +129,7 @@ from pathlib import Path
 log, gpus, name, source, start = sys.argv[1:]
 out = {"gpus": int(gpus), "gpu": name, "jax_from": source,
        "wall_s": round(time.time() - int(start), 1)}
-for part in ("sync", "async_1gpu", "async_2gpu", "sweep"):
+for part in ("sync", "async_1gpu", "async_2gpu", "sweep", "host_envs"):
     try:
         out[part] = json.loads((Path(log) / f"{part}.json").read_text())
     except (OSError, ValueError) as error:

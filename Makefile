@@ -8,9 +8,9 @@ RUNNER ?= sync
 SUITE ?= classic
 ARGS ?=
 
-.PHONY: setup train test test-suites fuzz bench bench-atari bench-sweep bench-peers bench-host-envs \
+.PHONY: setup setup-latest test-latest try-newest train test test-suites fuzz bench bench-atari bench-sweep bench-peers bench-host-envs \
 	bench-scaling bench-scaling-full bench-tracking accelerator-check reproduce docs lint \
-	check-install check-floors clean
+	check-install check-floors image test-image clean
 
 setup: $(STAMP)
 
@@ -20,6 +20,32 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[test,wandb,envpool,suites]"
 	touch $(STAMP)
+
+# The second test environment: Python 3.12 or 3.13 (found by .ci/find_python: pyenv's
+# versions/3.12.*, 3.13.*, or python3.12 on PATH; or PYTHON_LATEST=/path/to/python3.12) with the
+# newest versions the pins allow (jax 0.11.x), the same extras as .venv.
+VENV_LATEST := .venv-latest
+PY_LATEST := $(VENV_LATEST)/bin/python
+STAMP_LATEST := $(VENV_LATEST)/.installed
+
+setup-latest: $(STAMP_LATEST)
+
+$(STAMP_LATEST): pyproject.toml
+	test -x $(PY_LATEST) || { python=$${PYTHON_LATEST:-$$(.ci/find_python)} && \
+		$$python -m venv $(VENV_LATEST); }
+	$(PY_LATEST) -m pip install --quiet --upgrade pip
+	$(PY_LATEST) -m pip install --quiet --upgrade --upgrade-strategy eager \
+		-e ".[test,wandb,envpool,suites]"
+	$(PY_LATEST) -c 'import sys, jax; print("$(VENV_LATEST): Python", sys.version.split()[0], "jax", jax.__version__)'
+	touch $(STAMP_LATEST)
+
+test-latest: $(STAMP_LATEST)
+	$(PY_LATEST) -m pytest -q -n 2 --dist loadfile $(ARGS)
+
+# Can the newest jax (past our pin) install beside gymnax and the rest? pip's resolver in
+# --dry-run mode (nothing is installed) says; the script names what blocks it.
+try-newest: $(STAMP_LATEST)
+	$(PY_LATEST) experiments/try_newest.py $(ARGS)
 
 train: $(STAMP)
 	$(VENV)/bin/jaxrl-async train --algo ppo --env CartPole-v1 --runner $(RUNNER) $(ARGS)
@@ -75,6 +101,22 @@ bench-scaling-full: $(STAMP)
 accelerator-check:
 	bash experiments/accelerator_check.sh
 
+# The container image (Containerfile; docs/scaling.md#containers). `make image` builds it with
+# podman or docker from the default base (python:3.12-slim, from a registry); a CUDA image:
+# make image IMAGE_BASE=nvidia/cuda:12.8.1-base-ubuntu24.04 IMAGE=jaxrl_async:cuda
+CONTAINER ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
+IMAGE ?= jaxrl_async
+IMAGE_BASE ?=
+IMAGE_ARGS ?=
+
+image:
+	$(CONTAINER) build -f Containerfile -t $(IMAGE) $(if $(IMAGE_BASE),--build-arg BASE=$(IMAGE_BASE)) $(IMAGE_ARGS) .
+
+# Builds it on a local Debian base (no registry; podman, runc, debootstrap, as root) and runs
+# jaxrl-async train and the notebooks inside it (experiments/image_check.sh).
+test-image:
+	bash experiments/image_check.sh $(ARGS)
+
 # Training with and without the W&B sink (offline): SPS and the sink's host time.
 bench-tracking: $(STAMP)
 	$(PY) experiments/bench_tracking.py
@@ -100,4 +142,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VENV_LATEST) runs .pytest_cache

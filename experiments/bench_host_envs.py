@@ -58,6 +58,8 @@ from jaxrl_async.envs.host_workers import default_workers  # noqa: E402
 from jaxrl_async.runners import host_actors, placement  # noqa: E402
 from jaxrl_async.runners.host_trajectory import pack_numpy  # noqa: E402
 
+jra.use_compile_cache("off")  # compile times here are cold ones (docs/results.md)
+
 DEFAULT_CASES = ["sleep:1:64", "sleep:5:64", "sleep:20:64", "sleep:20:256", "spin:2:64",
                  "envpool:Pong-v5:64"]
 

@@ -53,6 +53,8 @@ import baseline_ppo  # noqa: E402
 import jaxrl_async as jra  # noqa: E402
 from jaxrl_async.networks import orthogonal  # noqa: E402
 
+jra.use_compile_cache("off")  # compile times here are cold ones (docs/results.md)
+
 GRID = {"lr": [1e-4, 3e-4, 1e-3, 3e-3], "ent_coef": [0.0, 0.003, 0.01, 0.03]}
 NUM_ENVS, NUM_STEPS = 4, 128
 UPDATES = {"single": 976, "sweep": 195}

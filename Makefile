@@ -73,10 +73,9 @@ bench: $(STAMP)
 	$(PY) experiments/bench_algos.py
 	$(PY) experiments/bench_conv.py
 
-# Atari (EnvPool) on host actor threads, Nature CNN: SPS with 1, 2 and 4 threads.
+# Atari (EnvPool Pong, IMPALA, Nature CNN) on host actors: collection against EnvPool's raw rate.
 bench-atari: $(STAMP)
-	$(PY) experiments/bench_host_envs.py --env envpool:Pong-v5 --num-steps 16 --update-epochs 1 \
-		--num-minibatches 1 --hidden 64 --updates 4 --rounds 1
+	$(PY) experiments/bench_host_envs.py --cases envpool:Pong-v5:64
 
 bench-sweep: $(STAMP)
 	$(PY) experiments/bench_sweep.py
@@ -89,12 +88,10 @@ bench-peers: $(STAMP)
 	$(PY) experiments/profile_peers.py
 	$(PY) experiments/compile_sweep.py
 
-# Host envs that wait (sleep, GIL released) over 1/5/20 ms and 1/2/4/8 actor threads; then the
-# CPU-bound case (spin, GIL held) in subprocesses. Not part of `make test`.
+# Host envs at their own speed: envs that wait (sleep 1/5/20 ms, 64 and 256 envs), CPU-bound envs
+# (spin) and EnvPool Pong against their own limits. Not part of `make test`.
 bench-host-envs: $(STAMP)
 	$(PY) experiments/bench_host_envs.py
-	$(PY) experiments/bench_host_envs.py --latency-ms 1 5 20 --rounds 1
-	$(PY) experiments/bench_host_envs.py --latency-ms 1 --mode spin --vectorization async --threads 1 2 4 --rounds 1
 
 # How cost grows (reduced grids, a few minutes); PNG plots into docs/img.
 bench-scaling: $(STAMP)

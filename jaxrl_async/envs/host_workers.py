@@ -49,6 +49,8 @@ from jaxrl_async.envs.host import (
     step_same_step,
 )
 
+STARTUP_S = 60.0
+"""Seconds the first reset may take at least: the workers start (and import) meanwhile."""
 FIELDS = ("action", "obs", "final_obs", "reward", "terminated", "truncated")
 ALIGN = 64
 
@@ -119,15 +121,17 @@ def _worker(conn: Any, shm_name: str, layout: dict, owned: list[list[int]], gym_
         with send_lock:
             conn.send(message)
 
-    def step(indices: Sequence[int]) -> None:
+    action, next_obs, final_obs = views["action"], views["obs"], views["final_obs"]
+    rewards, terminated, truncated = views["reward"], views["terminated"], views["truncated"]
+    scalar_action = action.ndim == 1
+
+    def step(indices: Sequence[int]) -> None:  # the hot path: locals only
         for i in indices:
-            obs, reward, terminated, truncated, final = step_same_step(
-                envs[i], views["action"][i] if views["action"].ndim == 1
-                else views["action"][i].copy())
-            views["obs"][i] = np.reshape(obs, obs_shape)
-            views["final_obs"][i] = np.reshape(final, obs_shape)
-            views["reward"][i], views["terminated"][i] = reward, terminated
-            views["truncated"][i] = truncated
+            o, r, term, trunc, final = step_same_step(
+                envs[i], action[i] if scalar_action else action[i].copy())
+            next_obs[i] = o if reshaped is None else np.reshape(o, obs_shape)
+            final_obs[i] = final if reshaped is None else np.reshape(final, obs_shape)
+            rewards[i], terminated[i], truncated[i] = r, term, trunc
 
     def guarded(what: Any, indices: Sequence[int], g: int) -> bool:
         try:
@@ -143,6 +147,8 @@ def _worker(conn: Any, shm_name: str, layout: dict, owned: list[list[int]], gym_
     if not guarded(lambda ids: envs.update({i: make_gymnasium_env(gym_spec) for i in ids}),
                    mine, -1):
         return
+    shapes = {tuple(envs[i].observation_space.shape) for i in mine}
+    reshaped = None if shapes <= {tuple(obs_shape)} else obs_shape  # flattened observations
     count = len(mine) if threads <= 0 else min(threads, len(mine))
     queues: list[SimpleQueue] = []
     pending: dict[int, int] = {}
@@ -158,8 +164,15 @@ def _worker(conn: Any, shm_name: str, layout: dict, owned: list[list[int]], gym_
             if last and ok:
                 reply(("done", g))
 
-    # env i steps in thread (its position among the worker's envs) % count
+    # env i steps in thread (its position among the worker's envs) % count; a group's command
+    # goes to its threads as (thread, the group's envs it steps)
     thread_of = {i: n % count for n, i in enumerate(mine)}
+    parts: list[list[tuple[int, list[int]]]] = []
+    for envs_of_group in owned:
+        by_thread: dict[int, list[int]] = {}
+        for i in envs_of_group:
+            by_thread.setdefault(thread_of[i], []).append(i)
+        parts.append(list(by_thread.items()))
     if count > 1:
         for n in range(count):
             queues.append(SimpleQueue())
@@ -181,12 +194,9 @@ def _worker(conn: Any, shm_name: str, layout: dict, owned: list[list[int]], gym_
             if guarded(step, owned[g], g):
                 reply(("done", g))
             continue
-        parts: dict[int, list[int]] = {}
-        for i in owned[g]:
-            parts.setdefault(thread_of[i], []).append(i)
         with pending_lock:
-            pending[g] = len(parts)
-        for n, indices in parts.items():
+            pending[g] = len(parts[g])
+        for n, indices in parts[g]:
             queues[n].put((g, indices))
 
 
@@ -214,6 +224,7 @@ class WorkerVecEnv(HostVecEnv):
             for w, part in enumerate(np.array_split(ids, num_workers)):
                 self.owned[w][g] = [int(i) for i in part]
         self._done: list[set] = [set() for _ in range(num_workers)]
+        self._started = False  # the first reset also waits for the workers to start
         self.processes: list[Any] = []
         self.conns: list[Any] = []
         context = multiprocessing.get_context("forkserver")
@@ -241,7 +252,11 @@ class WorkerVecEnv(HostVecEnv):
         seeds = [int(s) for s in seeds]
         for conn in self.conns:
             conn.send(("reset", seeds))
-        self._wait("a reset", "reset", range(len(self.conns)))
+        timeout = self.timeout
+        if not self._started and timeout is not None:  # starting a process is no env's fault
+            timeout = max(timeout, STARTUP_S)
+        self._wait("a reset", "reset", range(len(self.conns)), timeout)
+        self._started = True
         return self.views["obs"].copy()
 
     def send(self, g: int, action: np.ndarray) -> None:
@@ -257,9 +272,12 @@ class WorkerVecEnv(HostVecEnv):
         return HostStep(v["obs"][part], v["reward"][part], v["terminated"][part],
                         v["truncated"][part], v["final_obs"][part])
 
-    def _wait(self, what: str, token: Any, workers: Sequence[int]) -> None:
-        """Wait until every worker of ``workers`` has answered ``token``."""
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+    def _wait(self, what: str, token: Any, workers: Sequence[int],
+              timeout: float | None = None) -> None:
+        """Wait until every worker of ``workers`` has answered ``token`` (at most ``timeout``
+        seconds, by default the step timeout)."""
+        timeout = self.timeout if timeout is None else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         waiting = [w for w in workers if token not in self._done[w]]
         while waiting:
             left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
@@ -270,7 +288,7 @@ class WorkerVecEnv(HostVecEnv):
                 self.close(failed=True)
                 raise HostEnvTimeout(
                     f"{self.spec.env_id}: {what} took longer than host_step_timeout="
-                    f"{self.timeout:g} s; env(s) {envs} of {self.num_envs} did not answer "
+                    f"{timeout:g} s; env(s) {envs} of {self.num_envs} did not answer "
                     f"(worker pids {pids}, terminated)")
             for conn in ready:
                 self._receive(self.conns.index(conn), what)

@@ -172,10 +172,9 @@ def make_envs(cfg: Any, where: Layout) -> HostVecEnv:
                          step_timeout=runner.host_step_timeout)
 
 
-def host_actor_loop(cfg: Any, batcher: Batcher, seeds: np.ndarray, run_key: jax.Array,
-                    where: Layout, piece: Packing, pipeline: Pipeline, stats: RoleStats) -> None:
-    """One host actor stream: reset its envs, then rollouts as ``pipeline.schedule`` says."""
-    batcher.reset(seeds)
+def host_actor_loop(cfg: Any, batcher: Batcher, run_key: jax.Array, where: Layout,
+                    piece: Packing, pipeline: Pipeline, stats: RoleStats) -> None:
+    """One host actor stream (its envs reset): rollouts as ``pipeline.schedule`` says."""
     for update, ticket, version, params in schedule(cfg, batcher.stream, 0, pipeline):
         jax.block_until_ready(params)  # published as soon as dispatched: wait here, not in XLA
         start = time.perf_counter()
@@ -225,19 +224,18 @@ def _run(cfg: Any, key: jax.Array, callbacks: Callbacks,
     envs: list[HostVecEnv] = []
     failed = True
     try:
-        for _ in where.streams:
+        for _ in where.streams:  # the workers start while the next are made
             envs.append(make_envs(cfg, where))
+        batchers = [make_batcher(cfg, env, programs, s) for s, env in zip(where.streams, envs)]
+        for s, batcher in zip(where.streams, batchers):  # starting envs is not training time
+            begin = where.env_offset + s.index * where.per_stream
+            batcher.reset(seeds[begin:begin + where.per_stream])
         compile_s = time.perf_counter() - start
 
         def actors(pipeline: Pipeline, stats: list[RoleStats]) -> list[tuple[Callable, tuple]]:
-            threads = []
-            for s, env in zip(where.streams, envs):
-                begin = where.env_offset + s.index * where.per_stream
-                threads.append((host_actor_loop, (
-                    cfg, make_batcher(cfg, env, programs, s),
-                    seeds[begin:begin + where.per_stream], run_keys[s.device_index], where,
-                    programs.piece, pipeline, stats[s.index])))
-            return threads
+            return [(host_actor_loop, (cfg, batchers[s.index], run_keys[s.device_index], where,
+                                       programs.piece, pipeline, stats[s.index]))
+                    for s in where.streams]
 
         result = drive(cfg, setup, callbacks, compile_s, actors,
                               lambda pipeline, done: seeds)

@@ -41,7 +41,7 @@ from jaxrl_async import population_checkpoint as ckpt
 from jaxrl_async.config import hyper_fields
 from jaxrl_async.population import Schedule, Space
 from jaxrl_async.population_result import PopulationResult
-from jaxrl_async.runners.common import compiler_options
+from jaxrl_async.runners.common import compiler_options, with_moments
 from jaxrl_async.sweep import _Progress, _stack, _wait, final_params, init_runs, step_runs
 
 SCORES = ("return", "eval")
@@ -147,7 +147,12 @@ def _exploit(schedule: Schedule, space: Space, key: jax.Array, k: jax.Array, kee
     new_keys = jax.random.wrap_key_data(
         jnp.where(replaced.reshape(-1, *([1] * (data.ndim - 1))), renewed, data),
         impl=jax.random.key_impl(states.key))
-    states = states._replace(learner=learner, obs_moments=moments, key=new_keys)
+    env = states.env
+    if moments != ():  # normalize_obs: a copy acts with its source's statistics from now on
+        acting = jax.vmap(with_moments)(env, moments)
+        env = jax.tree.map(lambda a, b: jnp.where(
+            replaced.reshape(-1, *([1] * (a.ndim - 1))), a, b), acting, env)
+    states = states._replace(learner=learner, obs_moments=moments, key=new_keys, env=env)
     record = {"source": source, "score": per_pop,
               **{f: getattr(cfgs, f).reshape(n, -1).T for f in space.names}}
     return cfgs, states, record

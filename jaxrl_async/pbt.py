@@ -308,7 +308,11 @@ def run_population(cfg: Any, space: Space, schedule: Schedule, seeds: int | Sequ
             done, carry, outputs = 0, (stacked, init(stacked, seed_array)), []
         else:
             done, carry, outputs = resume
-        carry = jax.block_until_ready(carry)
+        # on the device, committed and strongly typed, fresh or restored alike (a checkpoint
+        # keeps no weak types): one compile serves both
+        carry = jax.block_until_ready(jax.tree.map(
+            lambda x: x if ckpt.is_key(x) else jnp.asarray(x, x.dtype),
+            jax.device_put(carry, jax.local_devices()[0])))
         compiled = (segments.lower(carry, key, ks[:group], keeps[:group], halving).compile()
                     if total else None)
         compiled_finish = finish.lower(carry).compile()

@@ -240,7 +240,9 @@ def test_checkpoint_and_resume_equals_the_uninterrupted_run(pbt_run, tmp_path, m
                 checkpoint_dir=tmp_path, checkpoint_every=2)
     assert len(calls) == 1  # stopped after 2 of the 4 segments
     monkeypatch.setattr(ckpt, "save", save)
-    resumed = jra.resume_population(tmp_path, progress=False)
+    with count_compiles() as compiled:
+        resumed = jra.resume_population(tmp_path, progress=False)
+    assert not any("segments" in name for name in compiled), compiled  # the same program
     for k in pbt_run.curves:
         np.testing.assert_array_equal(pbt_run.curves[k], resumed.curves[k], err_msg=k)
     for k in pbt_run.lineage:

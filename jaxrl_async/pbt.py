@@ -50,6 +50,8 @@ SCORES = ("return", "eval")
 def pbt_schedule(cfg: Any, population: int, ready_every: int, fraction: float = 0.25,
                  resample_prob: float = 0.25, factor: float = 1.2,
                  score: str = "return") -> Schedule:
+    """PBT's schedule: segments of ``ready_every`` updates, each but the last ending with an
+    exploit step replacing the bottom ``fraction``; ``ValueError`` naming bad arguments."""
     _check_common(cfg, population, score)
     _check_int("ready_every", ready_every)
     if not 0 < fraction <= 0.5:
@@ -71,6 +73,9 @@ def pbt_schedule(cfg: Any, population: int, ready_every: int, fraction: float = 
 
 def halving_schedule(cfg: Any, population: int, eta: int = 2, rungs: int = 3,
                      score: str = "return") -> Schedule:
+    """Successive halving's schedule: ``eta**(rungs-1)`` segments, a cut after segments
+    ``eta**j - 1`` (``j < rungs - 1``) keeping ``population // eta**(j+1)``; ``ValueError``
+    naming bad arguments."""
     _check_common(cfg, population, score)
     _check_int("eta", eta, 2)
     _check_int("rungs", rungs)

@@ -9,7 +9,7 @@ SUITE ?= classic
 ARGS ?=
 
 .PHONY: setup setup-latest train-latest test-latest try-newest train test test-suites fuzz bench bench-atari bench-sweep bench-peers bench-host-envs \
-	bench-scaling bench-scaling-full bench-tracking accelerator-check accelerator-offline-check reproduce docs lint \
+	bench-scaling bench-scaling-full bench-tracking bench-pbt accelerator-check accelerator-offline-check reproduce docs lint \
 	check-install check-floors image test-image clean
 
 setup: $(STAMP)
@@ -79,6 +79,11 @@ bench-atari: $(STAMP)
 
 bench-sweep: $(STAMP)
 	$(PY) experiments/bench_sweep.py
+
+# PBT and successive halving against a grid and a random search at equal compute (PPO on
+# Pendulum, 16 configs x 3 seeds each, one device; minutes on a CPU), curves into docs/img.
+bench-pbt: $(STAMP)
+	$(PY) experiments/bench_pbt.py --plot docs/img/pbt_pendulum.png
 
 # Ours, rejax's PPO and the PureJaxRL-style baseline side by side in one process: a single
 # CartPole run and a 16-config x 2-seed sweep vmapped on one device (needs the bench extra).

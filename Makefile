@@ -9,8 +9,8 @@ SUITE ?= classic
 ARGS ?=
 
 .PHONY: setup setup-latest train-latest test-latest try-newest train test test-suites fuzz bench bench-atari bench-sweep bench-peers bench-host-envs \
-	bench-scaling bench-scaling-full bench-tracking accelerator-check accelerator-offline-check reproduce docs lint \
-	check-install check-floors clean
+	bench-scaling bench-scaling-full bench-tracking bench-pbt accelerator-check accelerator-offline-check reproduce docs lint \
+	check-install check-floors image test-image clean
 
 setup: $(STAMP)
 
@@ -73,13 +73,17 @@ bench: $(STAMP)
 	$(PY) experiments/bench_algos.py
 	$(PY) experiments/bench_conv.py
 
-# Atari (EnvPool) on host actor threads, Nature CNN: SPS with 1, 2 and 4 threads.
+# Atari (EnvPool Pong, IMPALA, Nature CNN) on host actors: collection against EnvPool's raw rate.
 bench-atari: $(STAMP)
-	$(PY) experiments/bench_host_envs.py --env envpool:Pong-v5 --num-steps 16 --update-epochs 1 \
-		--num-minibatches 1 --hidden 64 --updates 4 --rounds 1
+	$(PY) experiments/bench_host_envs.py --cases envpool:Pong-v5:64
 
 bench-sweep: $(STAMP)
 	$(PY) experiments/bench_sweep.py
+
+# PBT and successive halving against a grid and a random search at equal compute (PPO on
+# Pendulum, 16 configs x 3 seeds each, one device; minutes on a CPU), curves into docs/img.
+bench-pbt: $(STAMP)
+	$(PY) experiments/bench_pbt.py --plot docs/img/pbt_pendulum.png
 
 # Ours, rejax's PPO and the PureJaxRL-style baseline side by side in one process: a single
 # CartPole run and a 16-config x 2-seed sweep vmapped on one device (needs the bench extra).
@@ -89,12 +93,10 @@ bench-peers: $(STAMP)
 	$(PY) experiments/profile_peers.py
 	$(PY) experiments/compile_sweep.py
 
-# Host envs that wait (sleep, GIL released) over 1/5/20 ms and 1/2/4/8 actor threads; then the
-# CPU-bound case (spin, GIL held) in subprocesses. Not part of `make test`.
+# Host envs at their own speed: envs that wait (sleep 1/5/20 ms, 64 and 256 envs), CPU-bound envs
+# (spin) and EnvPool Pong against their own limits. Not part of `make test`.
 bench-host-envs: $(STAMP)
 	$(PY) experiments/bench_host_envs.py
-	$(PY) experiments/bench_host_envs.py --latency-ms 1 5 20 --rounds 1
-	$(PY) experiments/bench_host_envs.py --latency-ms 1 --mode spin --vectorization async --threads 1 2 4 --rounds 1
 
 # How cost grows (reduced grids, a few minutes); PNG plots into docs/img.
 bench-scaling: $(STAMP)
@@ -106,6 +108,22 @@ bench-scaling-full: $(STAMP)
 # On a machine with an NVIDIA GPU: fresh venv with CUDA jax, benchmarks, one JSON line.
 accelerator-check:
 	bash experiments/accelerator_check.sh
+
+# The container image (Containerfile; docs/scaling.md#containers). `make image` builds it with
+# podman or docker from the default base (python:3.12-slim, from a registry); a CUDA image:
+# make image IMAGE_BASE=nvidia/cuda:12.8.1-base-ubuntu24.04 IMAGE=jaxrl_async:cuda
+CONTAINER ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
+IMAGE ?= jaxrl_async
+IMAGE_BASE ?=
+IMAGE_ARGS ?=
+
+image:
+	$(CONTAINER) build -f Containerfile -t $(IMAGE) $(if $(IMAGE_BASE),--build-arg BASE=$(IMAGE_BASE)) $(IMAGE_ARGS) .
+
+# Builds it on a local Debian base (no registry; podman, runc, debootstrap, as root) and runs
+# jaxrl-async train and the notebooks inside it (experiments/image_check.sh).
+test-image:
+	bash experiments/image_check.sh $(ARGS)
 
 # The GPU machine's install path here, on the CPU: a Python 3.12 "image" with jax 0.11.2, the
 # wheels from experiments/gpu_wheels.sh, pip --no-index (docs/results.md#accelerator-check).

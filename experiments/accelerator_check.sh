@@ -65,6 +65,7 @@ steps() {
     step async_1gpu 120 env CUDA_VISIBLE_DEVICES="$FIRST_GPU" "$PY" experiments/bench_async.py --rounds "$(size 3 1)" --updates "$(size 50 5)"
     step async_2gpu 120 --gpus 2 "$PY" experiments/bench_async.py --rounds 3 --updates 50
     step sweep 120 "$PY" experiments/bench_sweep.py --sweep-only --total-timesteps "$(size 1e5 2e4)"
+    step host_envs 100 "$PY" experiments/bench_host_envs.py --cases "sleep:5:$(size 64 8)" "sleep:20:$(size 256 16)" "envpool:Pong-v5:$(size 64 8)" --budget-s "$(size 2 1)" --max-updates "$(size 30 4)" --one-line
 }
 size() { if (( CPU )); then echo "$2"; else echo "$1"; fi; }
 
@@ -248,3 +249,11 @@ import jax
 out["jax"], out["devices"] = jax.__version__, [str(d) for d in jax.devices()]
 print(json.dumps(out))
 EOF
+cat >&2 <<'MSG'
+accelerator_check: the same GPU from the container image (docs/scaling.md#containers; the CUDA
+image differs from the tested CPU one in BASE alone; docker: --gpus all):
+  podman build -t jaxrl_async:cuda --build-arg BASE=nvidia/cuda:12.8.1-base-ubuntu24.04 .
+  podman run --rm --device nvidia.com/gpu=all jaxrl_async:cuda \
+      python -c "import jax; print(jax.devices())"
+  podman run --rm --device nvidia.com/gpu=all jaxrl_async:cuda jaxrl-async train --num-envs 2048
+MSG

@@ -309,9 +309,11 @@ def drive(cfg: Any, setup: Setup, callbacks: Callbacks, compile_s: float,
             final = supervise(cfg, threads, events, callbacks, programs.metric_names, rows,
                               functools.partial(env_state, pipeline), stop, programs.watched)
             train_s = time.perf_counter() - start
-        collected = sum(s.rollouts for s in actor_stats) * where.per_stream * cfg.num_steps
     finally:
         shut_down(pipeline, threads)
+    # Counted once the actors have stopped: an actor counts a rollout after handing it over,
+    # so the learner can train on the last one before its actor has counted it.
+    collected = sum(s.rollouts for s in actor_stats) * where.per_stream * cfg.num_steps
 
     done = int(final.update)
     metrics = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]} if rows else {}

@@ -29,10 +29,12 @@ def test_dqn_learns_cartpole_in_100k_steps(cartpole_4_seeds):
     # to the time limit in nearly every episode. Random play scores about 22. Half the seeds
     # there and every seed past 300: the same program compiled by jaxlib 0.10 and 0.11 rounds
     # differently, so each seed's run differs (0.10.2: 478, 500, 500, 500; 0.11.2:
-    # 500, 440, 445, 500, and 500, 379, 500, 384 on an earlier tree), all of them learning.
+    # 500, 440, 445, 500; on other trees 500, 379, 500, 384 and 500, NaN, 500, 500), all of
+    # them learning.
+    # NaN: no episode ended in the window (20 updates, 160 steps an env): balancing throughout.
     returns = np.asarray(cartpole_4_seeds.metrics["episode_return"])  # [seeds, updates]
     last = window_returns(cartpole_4_seeds.metrics, 20)
-    assert (last >= 450).sum() >= 2 and np.all(last >= 300), last
+    assert (last >= 450).sum() >= 2 and np.all(np.isnan(last) | (last >= 300)), last
     assert np.all(np.nanmean(returns[:, :30], 1) < 60), "it starts from random play"
 
 

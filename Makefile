@@ -8,8 +8,8 @@ RUNNER ?= sync
 SUITE ?= classic
 ARGS ?=
 
-.PHONY: setup setup-latest test-latest try-newest train test test-suites fuzz bench bench-atari bench-sweep bench-peers bench-host-envs \
-	bench-scaling bench-scaling-full bench-tracking accelerator-check reproduce docs lint \
+.PHONY: setup setup-latest train-latest test-latest try-newest train test test-suites fuzz bench bench-atari bench-sweep bench-peers bench-host-envs \
+	bench-scaling bench-scaling-full bench-tracking bench-pbt accelerator-check accelerator-offline-check reproduce docs lint \
 	check-install check-floors image test-image clean
 
 setup: $(STAMP)
@@ -38,6 +38,9 @@ $(STAMP_LATEST): pyproject.toml
 		-e ".[test,wandb,envpool,suites]"
 	$(PY_LATEST) -c 'import sys, jax; print("$(VENV_LATEST): Python", sys.version.split()[0], "jax", jax.__version__)'
 	touch $(STAMP_LATEST)
+
+train-latest: $(STAMP_LATEST)
+	$(VENV_LATEST)/bin/jaxrl-async train --algo ppo --env CartPole-v1 --runner $(RUNNER) $(ARGS)
 
 test-latest: $(STAMP_LATEST)
 	$(PY_LATEST) -m pytest -q -n 2 --dist loadfile $(ARGS)
@@ -76,6 +79,11 @@ bench-atari: $(STAMP)
 
 bench-sweep: $(STAMP)
 	$(PY) experiments/bench_sweep.py
+
+# PBT and successive halving against a grid and a random search at equal compute (PPO on
+# Pendulum, 16 configs x 3 seeds each, one device; minutes on a CPU), curves into docs/img.
+bench-pbt: $(STAMP)
+	$(PY) experiments/bench_pbt.py --plot docs/img/pbt_pendulum.png
 
 # Ours, rejax's PPO and the PureJaxRL-style baseline side by side in one process: a single
 # CartPole run and a 16-config x 2-seed sweep vmapped on one device (needs the bench extra).
@@ -116,6 +124,11 @@ image:
 # jaxrl-async train and the notebooks inside it (experiments/image_check.sh).
 test-image:
 	bash experiments/image_check.sh $(ARGS)
+
+# The GPU machine's install path here, on the CPU: a Python 3.12 "image" with jax 0.11.2, the
+# wheels from experiments/gpu_wheels.sh, pip --no-index (docs/results.md#accelerator-check).
+accelerator-offline-check:
+	bash experiments/accelerator_offline_check.sh $(ARGS)
 
 # Training with and without the W&B sink (offline): SPS and the sink's host time.
 bench-tracking: $(STAMP)

@@ -199,7 +199,7 @@ import json, sys
 from pathlib import Path
 log, wheels = Path(sys.argv[1]), Path(sys.argv[2]).resolve().as_uri()
 before = {p["name"].lower(): p["version"] for p in json.loads((log / "before.json").read_text())}
-where = {"wheels": [], "index": [], "this checkout": [], "kept as installed": []}
+where = {"wheels": [], "index": [], "this checkout": [], "preinstalled": []}
 for item in json.loads((log / "install.json").read_text())["install"]:
     name, version = item["metadata"]["name"], item["metadata"]["version"]
     url = item.get("download_info", {}).get("url", "")
@@ -211,10 +211,13 @@ from importlib.metadata import requires, version
 import re
 wanted = {re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0].lower() for r in requires("jaxrl_async")}
 installed = {i["metadata"]["name"].lower() for i in json.loads((log / "install.json").read_text())["install"]}
-where["kept as installed"] = [f"{n} {before[n]}" for n in sorted((wanted | {"jax", "jaxlib"}) - installed)
+where["preinstalled"] = [f"{n} {before[n]}" for n in sorted((wanted | {"jax", "jaxlib"}) - installed)
                               if n in before]
 for kind, names in where.items():
-    print(f"accelerator_check: from {kind} ({len(names)}): {', '.join(names) or '-'}")
+    label = {"wheels": "from the wheel folder", "index": "from the package index",
+             "this checkout": "from this checkout (editable)",
+             "preinstalled": "preinstalled, used as they are"}[kind]
+    print(f"accelerator_check: {label} ({len(names)}): {', '.join(names) or '-'}")
 (log / "sources.json").write_text(json.dumps({k: len(v) for k, v in where.items()}))
 EOF
 fi

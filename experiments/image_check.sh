@@ -3,7 +3,8 @@
 # podman on a local Debian base (no registry needed), then inside it, with no network:
 #   - the user is not root, and no compiler, assembler or make is on the PATH;
 #   - `jaxrl-async train` runs PPO on CartPole-v1 for 3 updates into the /app/runs volume, and a
-#     second container finds the run there and JAX's compilation cache in the /cache volume;
+#     second container finds the run there and JAX's compilation cache in the /cache volume, and
+#     a third trains the same again (its compile time, from that cache, is printed);
 #   - EnvPool's Atari ROMs and wandb are there, and the notebooks (notebooks/, mounted read-only)
 #     run top to bottom, cell by cell, as the test suite runs them (3 updates each).
 # It prints the image size and one JSON line of figures, and exits non-zero on any failure.
@@ -102,6 +103,13 @@ TRAIN_S=$(since "$t")
 CACHED=$("${RUN[@]}" "$TAG" sh -c 'test -s runs/check/metrics.jsonl && test -s runs/check/summary.json \
     && find /cache/jax -type f | wc -l') || fail "runs/check is not on the runs volume"
 (( CACHED > 0 )) || fail "JAX's compilation cache (/cache/jax) is empty after training"
+step "the same run again, in a new container: its compile from the cache volume"
+"${RUN[@]}" "$TAG" jaxrl-async train --algo ppo --env CartPole-v1 --num-envs 4 --num-steps 128 \
+    --total-timesteps "$STEPS" --run-dir runs/check_again --no-progress >/dev/null \
+    || fail "jaxrl-async train, again"
+COMPILE_S=$("${RUN[@]}" "$TAG" python -c "import json; print(*(round(json.load(open( \
+f'runs/{d}/summary.json'))['compile_s'], 1) for d in ('check', 'check_again')))")
+step "compile: $COMPILE_S s (the first run, the second)"
 
 step "EnvPool's Atari and wandb"
 "${RUN[@]}" "$TAG" python -c "import envpool, wandb; envpool.make_gymnasium('Pong-v5', \
@@ -123,6 +131,6 @@ EOF
 done
 NOTEBOOKS_S=$(since "$t")
 
-printf '{"check": "image", "image": "%s", "base": "%s", "size_mb": %d, "build_s": %s, "base_s": %s, "fresh": %s, "train_s": %s, "notebooks_s": %s, "user": "%s", "load": "%s"}\n' \
+printf '{"check": "image", "image": "%s", "base": "%s", "size_mb": %d, "build_s": %s, "base_s": %s, "fresh": %s, "train_s": %s, "compile_s": [%s], "notebooks_s": %s, "user": "%s", "load": "%s"}\n' \
     "$TAG" "$BASE_IMAGE" "$SIZE_MB" "$BUILD_S" "$BASE_S" "$( ((FRESH)) && echo true || echo false)" \
-    "$TRAIN_S" "$NOTEBOOKS_S" "${USER_NAME% *}" "$(cut -d' ' -f1-3 /proc/loadavg)"
+    "$TRAIN_S" "${COMPILE_S/ /, }" "$NOTEBOOKS_S" "${USER_NAME% *}" "$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -6,6 +6,8 @@ one source of truth for flags and help).
     jaxrl-async train --config experiments/configs/cartpole_ppo.yaml --lr 1e-3 --track
     jaxrl-async sweep --algo ppo --grid lr=1e-4,3e-4,1e-3 --grid ent_coef=0,0.01 --seeds 4
     jaxrl-async sweep --algo ppo --random lr=log:1e-4:1e-2 --num-samples 16 --seeds 2
+    jaxrl-async pbt --algo ppo --space lr=log:1e-4:1e-2 --population 16 --ready-every 10
+    jaxrl-async halving --algo ppo --space lr=log:1e-4:1e-2 --population 16 --eta 2 --rungs 3
     jaxrl-async eval runs/ppo_CartPole-v1_sync_20250101-120000 --episodes 20
 """
 
@@ -276,6 +278,33 @@ def cmd_sweep(argv: list[str]) -> int:
     return 0
 
 
+def cmd_population(kind: str, argv: list[str]) -> int:
+    """``jaxrl-async pbt`` and ``jaxrl-async halving`` (``cli_population``)."""
+    from jaxrl_async import cli_population
+    from jaxrl_async.population_checkpoint import read_meta
+
+    args = _parse(cli_population.population_parser(kind, _algo_of(argv)), argv)
+    try:
+        if args.resume:
+            cfg = read_meta(args.resume)[0]
+            out = Path(args.out or args.resume)
+        else:
+            cfg = config_from_args(args)
+            stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+            out = Path(args.out or f"runs/{kind}_{cfg.name}_{cfg.env}_{stamp}")
+        result = cli_population.run(kind, args, cfg, out)
+    except ValueError as e:  # a CheckpointError too
+        return _fail(e)
+    best = cli_population.write(out, result)
+    cli_population.report(out, result, best)
+    if args.track:
+        from jaxrl_async.tracking import log_population
+
+        log_population(out, result.base, cli_population.tracked(result), result,
+                       project=args.wandb_project, entity=args.wandb_entity)
+    return 0
+
+
 def cmd_eval(argv: list[str]) -> int:
     args = eval_parser().parse_args(argv)
     from jaxrl_async import checkpoint, sinks
@@ -309,6 +338,10 @@ def cmd_eval(argv: list[str]) -> int:
 COMMANDS = {
     "train": (cmd_train, "train an agent, writing a run directory"),
     "sweep": (cmd_sweep, "sweep hyperparameters x seeds in one compile"),
+    "pbt": (lambda argv: cmd_population("pbt", argv),
+            "population-based training: losers copy winners inside one compile"),
+    "halving": (lambda argv: cmd_population("halving", argv),
+                "successive halving: the top 1/eta go on, inside one compile"),
     "eval": (cmd_eval, "evaluate a run directory's checkpoint on fresh envs"),
 }
 

@@ -38,10 +38,11 @@ from jax import lax
 
 from jaxrl_async import exploit
 from jaxrl_async import population_checkpoint as ckpt
+from jaxrl_async.compile_cache import default_compile_cache
 from jaxrl_async.config import hyper_fields
 from jaxrl_async.population import Schedule, Space
 from jaxrl_async.population_result import PopulationResult
-from jaxrl_async.runners.common import compiler_options
+from jaxrl_async.runners.common import compiler_options, with_moments
 from jaxrl_async.sweep import _Progress, _stack, _wait, final_params, init_runs, step_runs
 
 SCORES = ("return", "eval")
@@ -50,6 +51,8 @@ SCORES = ("return", "eval")
 def pbt_schedule(cfg: Any, population: int, ready_every: int, fraction: float = 0.25,
                  resample_prob: float = 0.25, factor: float = 1.2,
                  score: str = "return") -> Schedule:
+    """PBT's schedule: segments of ``ready_every`` updates, each but the last ending with an
+    exploit step replacing the bottom ``fraction``; ``ValueError`` naming bad arguments."""
     _check_common(cfg, population, score)
     _check_int("ready_every", ready_every)
     if not 0 < fraction <= 0.5:
@@ -71,6 +74,9 @@ def pbt_schedule(cfg: Any, population: int, ready_every: int, fraction: float = 
 
 def halving_schedule(cfg: Any, population: int, eta: int = 2, rungs: int = 3,
                      score: str = "return") -> Schedule:
+    """Successive halving's schedule: ``eta**(rungs-1)`` segments, a cut after segments
+    ``eta**j - 1`` (``j < rungs - 1``) keeping ``population // eta**(j+1)``; ``ValueError``
+    naming bad arguments."""
     _check_common(cfg, population, score)
     _check_int("eta", eta, 2)
     _check_int("rungs", rungs)
@@ -147,7 +153,12 @@ def _exploit(schedule: Schedule, space: Space, key: jax.Array, k: jax.Array, kee
     new_keys = jax.random.wrap_key_data(
         jnp.where(replaced.reshape(-1, *([1] * (data.ndim - 1))), renewed, data),
         impl=jax.random.key_impl(states.key))
-    states = states._replace(learner=learner, obs_moments=moments, key=new_keys)
+    env = states.env
+    if moments != ():  # normalize_obs: a copy acts with its source's statistics from now on
+        acting = jax.vmap(with_moments)(env, moments)
+        env = jax.tree.map(lambda a, b: jnp.where(
+            replaced.reshape(-1, *([1] * (a.ndim - 1))), a, b), acting, env)
+    states = states._replace(learner=learner, obs_moments=moments, key=new_keys, env=env)
     record = {"source": source, "score": per_pop,
               **{f: getattr(cfgs, f).reshape(n, -1).T for f in space.names}}
     return cfgs, states, record
@@ -297,13 +308,18 @@ def run_population(cfg: Any, space: Space, schedule: Schedule, seeds: int | Sequ
         bar = tqdm(total=runs * cfg.num_updates * cfg.steps_per_update, unit="step",
                    unit_scale=True, dynamic_ncols=True, mininterval=0.5,
                    desc=f"{schedule.kind} {schedule.population} members x {len(seeds)} seeds")
+    default_compile_cache()  # compiled programs kept across processes (compile_cache)
     try:
         start = time.perf_counter()
         if resume is None:
             done, carry, outputs = 0, (stacked, init(stacked, seed_array)), []
         else:
             done, carry, outputs = resume
-        carry = jax.block_until_ready(carry)
+        # on the device, committed and strongly typed, fresh or restored alike (a checkpoint
+        # keeps no weak types): one compile serves both
+        carry = jax.block_until_ready(jax.tree.map(
+            lambda x: x if ckpt.is_key(x) else jnp.asarray(x, x.dtype),
+            jax.device_put(carry, jax.local_devices()[0])))
         compiled = (segments.lower(carry, key, ks[:group], keeps[:group], halving).compile()
                     if total else None)
         compiled_finish = finish.lower(carry).compile()

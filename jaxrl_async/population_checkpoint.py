@@ -24,7 +24,7 @@ from jaxrl_async.sinks import to_json
 META, DATA = "population.json", "checkpoint.npz"
 
 
-def _is_key(x: Any) -> bool:
+def is_key(x: Any) -> bool:
     return jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
@@ -54,7 +54,7 @@ def save(directory: str | Path, done: int, carry: Any, outputs: list) -> None:
     """Write the carry after ``done`` segments and the outputs of those segments."""
     arrays = {"done": np.int64(done)}
     for i, x in enumerate(jax.tree.leaves(carry)):
-        arrays[f"carry/{i}"] = np.asarray(jax.random.key_data(x) if _is_key(x) else x)
+        arrays[f"carry/{i}"] = np.asarray(jax.random.key_data(x) if is_key(x) else x)
     metrics, records = (jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
                         for parts in zip(*outputs))
     arrays.update({f"metrics/{k}": v for k, v in metrics.items()})
@@ -77,7 +77,7 @@ def load(directory: str | Path, template: Any) -> tuple[int, Any, list]:
         restored = []
         for i, like in enumerate(leaves):
             value = data[f"carry/{i}"]
-            if _is_key(like):
+            if is_key(like):
                 value = jax.random.wrap_key_data(value, impl=like.dtype._impl)
             elif value.shape != like.shape or value.dtype != like.dtype:
                 raise CheckpointError(f"{path}: carry leaf {i} is {value.shape} {value.dtype}, "

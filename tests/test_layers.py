@@ -26,7 +26,7 @@ LAYERS = [
     ["jaxrl_async.population_checkpoint"],
     ["jaxrl_async.pbt"],
     ["jaxrl_async.cli", "jaxrl_async.cli_parsers", "jaxrl_async.cli_options",
-     "jaxrl_async.cli_sweep"],
+     "jaxrl_async.cli_sweep", "jaxrl_async.cli_population"],
 ]
 
 

@@ -240,7 +240,9 @@ def test_checkpoint_and_resume_equals_the_uninterrupted_run(pbt_run, tmp_path, m
                 checkpoint_dir=tmp_path, checkpoint_every=2)
     assert len(calls) == 1  # stopped after 2 of the 4 segments
     monkeypatch.setattr(ckpt, "save", save)
-    resumed = jra.resume_population(tmp_path, progress=False)
+    with count_compiles() as compiled:
+        resumed = jra.resume_population(tmp_path, progress=False)
+    assert not any("segments" in name for name in compiled), compiled  # the same program
     for k in pbt_run.curves:
         np.testing.assert_array_equal(pbt_run.curves[k], resumed.curves[k], err_msg=k)
     for k in pbt_run.lineage:
@@ -282,3 +284,45 @@ def test_halving_bad_input_is_named():
         jra.successive_halving(TINY, SPACE, population=4, eta=2, rungs=4, progress=False)
     with pytest.raises(ValueError, match="eta must be an integer >= 2"):
         jra.successive_halving(TINY, SPACE, population=4, eta=1, progress=False)
+
+
+def test_command_line_with_tracking_and_resume(pbt_run, tmp_path, monkeypatch, capsys):
+    """``jaxrl-async pbt``: TINY and SPACE from flags (the compiled program is reused), the
+    population directory, the population logged offline as one tracker run, ``--resume``."""
+    import json
+
+    from jaxrl_async.cli import main
+
+    base = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--num-minibatches",
+            "1", "--update-epochs", "1", "--hidden-sizes", "16", "--total-timesteps", "256",
+            "--log-every", "4", "--no-progress"]
+    flags = [*base, "--space", "lr=log:1e-4:1e-2", "--space", "ent_coef=0,0.01,0.05",
+             "--space", "gamma=uniform:0.9:0.999", "--population", "4", "--ready-every", "2",
+             "--seeds", "2", "--sample-seed", "7"]
+    track = []
+    if importlib.util.find_spec("wandb") is not None:
+        monkeypatch.setenv("WANDB_MODE", "offline")
+        monkeypatch.setenv("WANDB_SILENT", "true")
+        track = ["--track", "--wandb-project", "tests"]
+    out = tmp_path / "pop"
+    with count_compiles() as compiled:
+        assert main(["pbt", *flags, "--out", str(out), *track]) == 0
+    assert not any("segments" in name for name in compiled), compiled
+    text = capsys.readouterr().out
+    assert "pbt: 4 members x 2 seeds = 8 runs, 3 exploit steps in the program" in text
+    best = json.loads((out / "best.json").read_text())
+    assert best["_type"] == "PPOConfig" and 1e-4 <= best["lr"] <= 1e-2
+    lineage = json.loads((out / "lineage.json").read_text())
+    np.testing.assert_array_equal(np.asarray(lineage["source"])[:, 0],  # seed 0: the same
+                                  pbt_run.lineage["source"][:, 0])
+    assert len((out / "members.csv").read_text().splitlines()) == 9
+    if track:
+        from tests.wandb_offline import tracker_runs
+
+        [session] = tracker_runs(out)
+        assert {"best/lr", "best/final_return", "population_plot"} <= session["summary"]
+        assert session["config"]["population"]["schedule"]["kind"] == "pbt"
+    assert main(["pbt", "--resume", str(out), "--no-progress"]) == 0  # finished: reassembled
+    assert json.loads((out / "lineage.json").read_text()) == lineage
+    assert main(["halving", *base, "--space", "num_envs=4,8"]) == 2
+    assert "--space num_envs=4,8: PPOConfig.num_envs is static" in capsys.readouterr().err

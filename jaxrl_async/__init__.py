@@ -10,6 +10,7 @@ from jaxrl_async.algos.pqn import PQNConfig
 from jaxrl_async.algos.recurrent_ppo import RecurrentPPOConfig
 from jaxrl_async.algos.sac import SACConfig
 from jaxrl_async.checkpoint import CheckpointError
+from jaxrl_async.compile_cache import use_compile_cache
 from jaxrl_async.config import AsyncConfig, SyncConfig
 from jaxrl_async.envs import EnvSpec, env_spec, make_env, register_env
 from jaxrl_async.evaluate import evaluate, save_gif
@@ -58,6 +59,7 @@ __all__ = [
     "Uniform",
     "LogUniform",
     "use_cpu_cores",
+    "use_compile_cache",
     "CheckpointError",
     "TrainingInterrupted",
     "TrainingDiverged",

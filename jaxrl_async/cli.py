@@ -135,6 +135,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 
 def cmd_train(argv: list[str]) -> int:
     args = _parse(train_parser(_algo_of(argv)), argv)
+    options.use_compile_cache(args)
     final_episodes = vars(args).pop("final_eval_episodes", None)  # not a config field
     if final_episodes is not None and final_episodes < 0:
         return _fail(f"--eval-episodes: must be >= 0 (0: no evaluation after training), got "
@@ -244,6 +245,7 @@ def _final_evaluation(cfg: Any, result: Any, s: dict, episodes: int, seed: int, 
 
 def cmd_sweep(argv: list[str]) -> int:
     args = _parse(sweep_parser(_algo_of(argv)), argv)
+    options.use_compile_cache(args)
     from jaxrl_async import cli_sweep
     from jaxrl_async.sweep import random_search, sweep, use_cpu_cores
 

@@ -38,6 +38,7 @@ from jax import lax
 
 from jaxrl_async import exploit
 from jaxrl_async import population_checkpoint as ckpt
+from jaxrl_async.compile_cache import default_compile_cache
 from jaxrl_async.config import hyper_fields
 from jaxrl_async.population import Schedule, Space
 from jaxrl_async.population_result import PopulationResult
@@ -307,6 +308,7 @@ def run_population(cfg: Any, space: Space, schedule: Schedule, seeds: int | Sequ
         bar = tqdm(total=runs * cfg.num_updates * cfg.steps_per_update, unit="step",
                    unit_scale=True, dynamic_ncols=True, mininterval=0.5,
                    desc=f"{schedule.kind} {schedule.population} members x {len(seeds)} seeds")
+    default_compile_cache()  # compiled programs kept across processes (compile_cache)
     try:
         start = time.perf_counter()
         if resume is None:

@@ -31,6 +31,7 @@ from jax import lax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from jaxrl_async.compile_cache import default_compile_cache
 from jaxrl_async.config import hyper_fields, static_fields
 from jaxrl_async.config_fields import check_seed
 from jaxrl_async.runners import sync
@@ -315,6 +316,7 @@ def run_points(
     run_seeds += run_seeds[-1:] * (padded - num_runs)
     stacked, seed_array = _stack(run_cfgs), np.asarray(run_seeds, np.int32)
 
+    default_compile_cache()  # compiled programs kept across processes (compile_cache)
     program = _program(devices, cfg.num_updates, cfg.log_every, progress,
                        tuple(sorted(compiler_options(cfg).items())))
     bar = None

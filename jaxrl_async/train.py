@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxrl_async import checkpoint, config_files, runners, sinks
+from jaxrl_async import checkpoint, compile_cache, config_files, runners, sinks
 from jaxrl_async.algos import from_dict
 from jaxrl_async.checkpoint import CheckpointError
 from jaxrl_async.config import to_dict
@@ -158,11 +158,13 @@ def train(
             sinks.truncate_metrics(resume, done)
     elif cfg is None:
         raise ValueError("train() needs a config, or resume=RUN_DIR")
-    elif run_dir is not None and _holds_a_run(Path(run_dir)):
+    elif run_dir is not None and jax.process_index() == 0 and _holds_a_run(Path(run_dir)):
+        # only the main process writes it (the others may see what it wrote: a shared disk)
         raise ValueError(f"{run_dir} already holds a run; continue it with resume={run_dir!r} "
                          "or choose another run directory")
 
     warn_partial_update(cfg)
+    compile_cache.default_compile_cache()  # compiled programs kept across processes
     writers: list[Any] = []
     if jax.process_index() != 0:  # in a distributed run only the main process writes
         run_dir, progress = None, False

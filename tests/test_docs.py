@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 CHECKED_TOP = ("README.md", "docs", "jaxrl_async", "tests", "experiments", "notebooks",
-               "Makefile", "pyproject.toml")
+               "Makefile", "pyproject.toml", "Containerfile", ".dockerignore", ".ci")
 TEXT_SUFFIXES = {".py", ".md", ".ipynb", ".toml", ".txt", ".cfg", ".ini", ".yaml", ".yml", ""}
 # Spelled in pieces so that this file does not name them itself.
 OUTSIDE = [re.compile(p) for p in (

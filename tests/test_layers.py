@@ -18,7 +18,7 @@ LAYERS = [
     ["jaxrl_async.rollout"],
     ["jaxrl_async.runners"],
     ["jaxrl_async.evaluate", "jaxrl_async.checkpoint", "jaxrl_async.sinks",
-     "jaxrl_async.config_files", "jaxrl_async.tracking"],
+     "jaxrl_async.config_files", "jaxrl_async.tracking", "jaxrl_async.compile_cache"],
     ["jaxrl_async.train"],
     ["jaxrl_async.sweep_result"],
     ["jaxrl_async.sweep"],

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import json
 import os
 import re
@@ -29,7 +30,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_peers import GRID, ours_cfg  # noqa: E402
 
 import jaxrl_async as jra  # noqa: E402
-from jaxrl_async import rollout, sweep  # noqa: E402
+from jaxrl_async import rollout  # noqa: E402
+
+sweep = importlib.import_module("jaxrl_async.sweep")  # the module, not jra.sweep
 
 jra.use_compile_cache("off")  # compile times here are cold ones (docs/results.md)
 

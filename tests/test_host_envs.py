@@ -457,11 +457,12 @@ def test_host_env_spec_and_the_jax_only_paths():
 def test_ppo_learns_gymnasium_cartpole_through_host_actors():
     # Budget: 5e5 env steps of gymnasium's CartPole-v1 with PureJaxRL's PPO settings but 8 envs
     # x 64 steps (the same 512-step updates; lr 2.5e-4 annealed, 4 epochs x 4 minibatches), one
-    # actor thread, lag 1: about 40 s alone on 2 cores, final return 500 on seeds 0 and 1. The
-    # host loop steps the envs one time step at a time, so 4 x 128 took twice as long (89 s in
-    # make test); 16 x 32 ended at 433 and 441.
+    # actor stream, lag 1: final return 500 on seeds 0 and 1. The envs step in the default
+    # worker processes (2 groups of 4), one thread each: CartPole's step is CPU-bound, and the
+    # threads change nothing in the run, only its CPU cost (a thread per env costs about 3x the
+    # worker CPU per step). 16 x 32 ended at 433 and 441 (with the earlier host path).
     cfg = jra.PPOConfig(env="gymnasium:CartPole-v1", total_timesteps=500_000, num_envs=8,
-                        num_steps=64, runner=jra.AsyncConfig(lag=1))
+                        num_steps=64, runner=jra.AsyncConfig(lag=1, host_threads=1))
     out = jra.train(cfg, seed=0, progress=False)
     returns = out.metrics["episode_return"]
     assert np.nanmean(returns[:3]) < 100

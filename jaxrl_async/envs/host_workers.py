@@ -184,6 +184,8 @@ def _worker(conn: Any, shm_name: str, layout: dict, owned: list[list[int]], gym_
         except (EOFError, OSError):  # the parent is gone
             return
         if message[0] == "close":
+            for env in envs.values():
+                env.close()
             return
         if message[0] == "reset":
             if guarded(functools.partial(_reset, envs, views, message[1]), mine, -1):

@@ -8,8 +8,8 @@ RUNNER ?= sync
 SUITE ?= classic
 ARGS ?=
 
-.PHONY: setup train test test-suites fuzz bench bench-atari bench-sweep bench-peers bench-host-envs \
-	bench-scaling bench-scaling-full bench-tracking accelerator-check reproduce docs lint \
+.PHONY: setup setup-latest train-latest test-latest try-newest train test test-suites fuzz bench bench-atari bench-sweep bench-peers bench-host-envs \
+	bench-scaling bench-scaling-full bench-tracking bench-pbt accelerator-check accelerator-offline-check reproduce docs lint \
 	check-install check-floors image test-image clean
 
 setup: $(STAMP)
@@ -20,6 +20,35 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[test,wandb,envpool,suites]"
 	touch $(STAMP)
+
+# The second test environment: Python 3.12 or 3.13 (found by .ci/find_python: pyenv's
+# versions/3.12.*, 3.13.*, or python3.12 on PATH; or PYTHON_LATEST=/path/to/python3.12) with the
+# newest versions the pins allow (jax 0.11.x), the same extras as .venv.
+VENV_LATEST := .venv-latest
+PY_LATEST := $(VENV_LATEST)/bin/python
+STAMP_LATEST := $(VENV_LATEST)/.installed
+
+setup-latest: $(STAMP_LATEST)
+
+$(STAMP_LATEST): pyproject.toml
+	test -x $(PY_LATEST) || { python=$${PYTHON_LATEST:-$$(.ci/find_python)} && \
+		$$python -m venv $(VENV_LATEST); }
+	$(PY_LATEST) -m pip install --quiet --upgrade pip
+	$(PY_LATEST) -m pip install --quiet --upgrade --upgrade-strategy eager \
+		-e ".[test,wandb,envpool,suites]"
+	$(PY_LATEST) -c 'import sys, jax; print("$(VENV_LATEST): Python", sys.version.split()[0], "jax", jax.__version__)'
+	touch $(STAMP_LATEST)
+
+train-latest: $(STAMP_LATEST)
+	$(VENV_LATEST)/bin/jaxrl-async train --algo ppo --env CartPole-v1 --runner $(RUNNER) $(ARGS)
+
+test-latest: $(STAMP_LATEST)
+	$(PY_LATEST) -m pytest -q -n 2 --dist loadfile $(ARGS)
+
+# Can the newest jax (past our pin) install beside gymnax and the rest? pip's resolver in
+# --dry-run mode (nothing is installed) says; the script names what blocks it.
+try-newest: $(STAMP_LATEST)
+	$(PY_LATEST) experiments/try_newest.py $(ARGS)
 
 train: $(STAMP)
 	$(VENV)/bin/jaxrl-async train --algo ppo --env CartPole-v1 --runner $(RUNNER) $(ARGS)
@@ -44,13 +73,17 @@ bench: $(STAMP)
 	$(PY) experiments/bench_algos.py
 	$(PY) experiments/bench_conv.py
 
-# Atari (EnvPool) on host actor threads, Nature CNN: SPS with 1, 2 and 4 threads.
+# Atari (EnvPool Pong, IMPALA, Nature CNN) on host actors: collection against EnvPool's raw rate.
 bench-atari: $(STAMP)
-	$(PY) experiments/bench_host_envs.py --env envpool:Pong-v5 --num-steps 16 --update-epochs 1 \
-		--num-minibatches 1 --hidden 64 --updates 4 --rounds 1
+	$(PY) experiments/bench_host_envs.py --cases envpool:Pong-v5:64
 
 bench-sweep: $(STAMP)
 	$(PY) experiments/bench_sweep.py
+
+# PBT and successive halving against a grid and a random search at equal compute (PPO on
+# Pendulum, 16 configs x 3 seeds each, one device; minutes on a CPU), curves into docs/img.
+bench-pbt: $(STAMP)
+	$(PY) experiments/bench_pbt.py --plot docs/img/pbt_pendulum.png
 
 # Ours, rejax's PPO and the PureJaxRL-style baseline side by side in one process: a single
 # CartPole run and a 16-config x 2-seed sweep vmapped on one device (needs the bench extra).
@@ -60,12 +93,10 @@ bench-peers: $(STAMP)
 	$(PY) experiments/profile_peers.py
 	$(PY) experiments/compile_sweep.py
 
-# Host envs that wait (sleep, GIL released) over 1/5/20 ms and 1/2/4/8 actor threads; then the
-# CPU-bound case (spin, GIL held) in subprocesses. Not part of `make test`.
+# Host envs at their own speed: envs that wait (sleep 1/5/20 ms, 64 and 256 envs), CPU-bound envs
+# (spin) and EnvPool Pong against their own limits. Not part of `make test`.
 bench-host-envs: $(STAMP)
 	$(PY) experiments/bench_host_envs.py
-	$(PY) experiments/bench_host_envs.py --latency-ms 1 5 20 --rounds 1
-	$(PY) experiments/bench_host_envs.py --latency-ms 1 --mode spin --vectorization async --threads 1 2 4 --rounds 1
 
 # How cost grows (reduced grids, a few minutes); PNG plots into docs/img.
 bench-scaling: $(STAMP)
@@ -94,6 +125,11 @@ image:
 test-image:
 	bash experiments/image_check.sh $(ARGS)
 
+# The GPU machine's install path here, on the CPU: a Python 3.12 "image" with jax 0.11.2, the
+# wheels from experiments/gpu_wheels.sh, pip --no-index (docs/results.md#accelerator-check).
+accelerator-offline-check:
+	bash experiments/accelerator_offline_check.sh $(ARGS)
+
 # Training with and without the W&B sink (offline): SPS and the sink's host time.
 bench-tracking: $(STAMP)
 	$(PY) experiments/bench_tracking.py
@@ -119,4 +155,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VENV_LATEST) runs .pytest_cache

@@ -52,6 +52,8 @@ import numpy as np  # noqa: E402
 import jaxrl_async as jra  # noqa: E402
 from jaxrl_async.runners import actor_learner, placement  # noqa: E402
 
+jra.use_compile_cache("off")  # compile times here are cold ones (docs/results.md)
+
 
 def per_iteration(fn, n: int) -> float:
     start = time.perf_counter()

@@ -1,40 +1,38 @@
-"""Speed of host actors (gymnasium CartPole, or EnvPool's Atari, stepped on host threads) on 2
-devices (1 actor, 1 learner) with 1, 2 and 4 actor threads, against the blocking loop on one
-thread.
+"""Host envs at their own speed: per case, the envs' own limit against the actors' collection
+rate alone, the learner's rate alone, a fair blocking loop and the pipeline (``jra.train`` with
+``AsyncConfig(lag=1)``), on 2 XLA host devices (1 actor, 1 learner). One JSON line per case.
 
-    python experiments/bench_host_envs.py [--num-envs 16 --num-steps 64 --update-epochs 20
-                                          --updates 40 --rounds 3]
-    python experiments/bench_host_envs.py --env envpool:Pong-v5 --num-steps 16 \
-        --update-epochs 1 --num-minibatches 1 --updates 4 --rounds 1   # Atari, Nature CNN
+    python experiments/bench_host_envs.py [--cases sleep:1:64 sleep:5:64 sleep:20:64 \\
+        sleep:20:256 spin:2:64 envpool:Pong-v5:64] [--budget-s 5] [--max-updates 200] [--one-line]
 
-(``--env envpool:<Atari id>`` needs the ``envpool`` extra; the torso follows the env: the
-Nature-DQN CNN for Atari's ``[4, 84, 84]`` frames, whose dense layer is ``--hidden``.)
+A case is ``sleep:<ms>:<envs>`` (gymnasium CartPole whose step waits ``ms``, releasing the GIL,
+``jaxrl_async/envs/latency.py``), ``spin:<ms>:<envs>`` (the step computes in Python for ``ms``,
+CPU-bound: host worker threads 1) or ``envpool:<id>:<envs>`` (EnvPool, needs the extra). Gymnasium
+cases train PPO (MLP, 1 epoch, 1 minibatch: the update is cheap, the envs are the slower side),
+EnvPool cases IMPALA with the Nature CNN (on a CPU the update is the slower side). Every case uses
+the default host path: workers sized to the cores, 2 groups, one policy call per group per step.
 
-(``--update-epochs 20``, the default, makes the update take about as long as the host
-rollout; the saved runs are in ``results/bench_host_envs.jsonl``.)
+Figures per case (SPS: env steps per second):
 
-Figures (the words defined in docs/results.md), per configuration, medians over ``--rounds``:
+- ``env_limit_sps`` and ``limit``: the envs' own ceiling: ``num_envs / latency`` for waiting envs,
+  ``cores / latency`` for CPU-bound ones, EnvPool's raw rate (one pool of ``num_envs``, its default
+  threads, random actions, no policy, ``step`` in a loop) measured in the same run;
+- ``collect_sps``: the actors alone (rollouts with fixed params: envs, policy, trajectory, packing,
+  copy to the learner device), and ``collect_sps_no_policy`` the same with the policy call replaced
+  by a constant (the host path's own ceiling); ``policy_ms``: wall time of one policy call (one
+  group); CPU time per env step of the actor thread (``actor_cpu_us_per_step``, what holds its
+  GIL), of this whole process (``process_cpu_us_per_step``: with XLA's threads) and of the worker
+  processes (``worker_cpu_us_per_step``, the envs' own work included), and ``cpu_bound_sps`` =
+  cores / (process + workers): the most the cores allow for this path, even on an idle machine;
+- ``learner_sps``: updates alone on one fixed batch;
+- ``blocking_sps``: rollout, update, params copy, one after another, the envs stepped the same
+  parallel way (so ``speedup`` = pipeline / blocking measures the overlap alone);
+- ``sps``, ``learner_busy``, ``actor_busy``: the pipeline; ``of_limit`` = sps / env limit,
+  ``of_collect`` = sps / collect_sps, ``collect_of_limit`` = collect_sps / env limit.
 
-- ``R``, ``U``: seconds per iteration of the host rollout alone (one thread stepping all the
-  envs, acting, packing, copying to the learner) and of the update alone;
-- ``blocking``: the blocking loop on one thread (host rollout, update, wait, params copy);
-- ``threads=k``: ``jra.train`` with ``AsyncConfig(actors_per_device=k, lag=1)`` (k host threads
-  of ``num_envs / k`` envs each); its SPS and the learner's busy fraction (learner compute time /
-  wall time, measured inside the run);
-- ``speedup`` = SPS(pipeline) / SPS(blocking), inside each round; ``ideal = (R+U)/max(R,U)``;
-- ``T_parallel``: host rollouts and updates in two threads exchanging nothing, so
-  ``machine_limit = T(blocking) / T_parallel`` is the most any pipeline can gain here now (on
-  2 cores the Python env loop and XLA's update compete for them).
-
-The machine is shared and noisy: compare ratios from one run. One JSON line per configuration,
-and as the last line one JSON object summarising them.
-
-Envs whose step takes time (``jaxrl_async/envs/latency.py``; ``latency_main`` below):
-
-    python experiments/bench_host_envs.py --latency-ms 1 5 20 [--mode sleep|spin]
-                                          [--vectorization sync|async] [--threads 1 2 4 8]
-
-measures the blocking loop against 1..8 actor threads per step latency instead of CartPole.
+The machine is shared and noisy: compare ratios from one run; ``load_avg`` is the 1-minute load
+at the start and the end of the case. ``--one-line`` prints one JSON line with every case instead
+(experiments/accelerator_check.sh).
 """
 
 from __future__ import annotations
@@ -47,34 +45,53 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
+from typing import Any  # noqa: E402
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jaxrl_async as jra  # noqa: E402
-from jaxrl_async.envs import make_host_env  # noqa: E402
+from jaxrl_async.algos import make_algorithm  # noqa: E402
+from jaxrl_async.envs import env_spec  # noqa: E402
+from jaxrl_async.envs.host_workers import default_workers  # noqa: E402
 from jaxrl_async.runners import host_actors, placement  # noqa: E402
+from jaxrl_async.runners.host_trajectory import pack_numpy  # noqa: E402
 
-THREADS = (1, 2, 4)
+jra.use_compile_cache("off")  # compile times here are cold ones (docs/results.md)
+
+DEFAULT_CASES = ["sleep:1:64", "sleep:5:64", "sleep:20:64", "sleep:20:256", "spin:2:64",
+                 "envpool:Pong-v5:64"]
 
 
-def config(args: argparse.Namespace, threads: int) -> jra.PPOConfig:
-    return jra.PPOConfig(
-        env=args.env, num_envs=args.num_envs, num_steps=args.num_steps,
-        update_epochs=args.update_epochs, num_minibatches=args.num_minibatches,
-        hidden_sizes=tuple(args.hidden), log_every=10,
-        total_timesteps=args.num_envs * args.num_steps * args.updates,
-        runner=jra.AsyncConfig(actors_per_device=threads, lag=1))
+def case_config(case: str, args: argparse.Namespace) -> tuple[Any, dict]:
+    """The config of a case, and what describes it."""
+    kind, value, envs = case.split(":")
+    num_envs = int(envs)
+    if kind == "envpool":
+        cfg = jra.ImpalaConfig(env=f"envpool:{value}", num_envs=num_envs,
+                               num_steps=args.atari_steps, log_every=10,
+                               total_timesteps=num_envs * args.atari_steps,
+                               runner=jra.AsyncConfig(lag=1))
+        return cfg, {"case": case, "env": cfg.env, "algo": "impala", "torso": "nature"}
+    if kind not in ("sleep", "spin"):
+        raise SystemExit(f"--cases: {case!r}: the kind must be sleep, spin or envpool")
+    from jaxrl_async.envs.latency import waiting_cartpole_id
+
+    latency = float(value)
+    cfg = jra.PPOConfig(env=waiting_cartpole_id(latency, kind), num_envs=num_envs,
+                        num_steps=args.num_steps, update_epochs=1, num_minibatches=1,
+                        log_every=10, total_timesteps=num_envs * args.num_steps,
+                        runner=jra.AsyncConfig(lag=1, host_threads=1 if kind == "spin" else 0))
+    return cfg, {"case": case, "env": cfg.env, "algo": "ppo", "latency_ms": latency}
 
 
 def cache_compiled() -> None:
-    """Compile once per thread count: every round reuses the programs."""
+    """Compile once per case: the rig and every ``jra.train`` of the case share the programs."""
     cache, compile_host_programs = {}, host_actors.compile_host_programs
 
     def cached(cfg, algo, spec, where):
-        key = cfg.runner.num_streams
+        key = (cfg.env, cfg.num_envs, cfg.num_steps, cfg.runner.num_streams)
         if key not in cache:
             cache[key] = compile_host_programs(cfg, algo, spec, where)
         return cache[key]
@@ -82,26 +99,34 @@ def cache_compiled() -> None:
     host_actors.compile_host_programs = cached
 
 
-class Blocking:
-    """The blocking loop on one thread, from the programs of the 1-thread pipeline."""
+def timed(fn, budget_s: float, least: int = 2, most: int = 10**6) -> tuple[float, int]:
+    """Seconds per call of ``fn(i)``, called until ``budget_s`` has passed (``least`` to
+    ``most`` times)."""
+    start, n = time.perf_counter(), 0
+    while n < least or (n < most and time.perf_counter() - start < budget_s):
+        fn(n)
+        n += 1
+    return (time.perf_counter() - start) / n, n
 
-    def __init__(self, cfg: jra.PPOConfig, vectorization: str = "sync"):
-        from jaxrl_async.algos import make_algorithm
-        from jaxrl_async.envs import env_spec
 
+class Rig:
+    """A case's programs, envs (the default host path) and one batch: the parts measured alone
+    and the blocking loop."""
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
         self.where = placement.layout(cfg, jax.local_devices())
         spec = env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
         self.programs = host_actors.compile_host_programs(cfg, make_algorithm(cfg, spec), spec,
                                                           self.where)
         state = self.programs.learner.init(jax.random.key(0))
-        self.seeds = np.asarray(state.env)
         self.state = jax.device_put(state._replace(env=()), self.where.replicated)
         self.actor_device = self.where.actor_devices[0]
         self.run_key = jax.device_put(state.key, self.actor_device)
-        self.env = make_host_env(cfg.env, cfg.num_envs, vectorization=vectorization)
-        self.actor = host_actors.HostActor(self.env, self.programs, self.where.streams[0],
-                                           cfg.num_steps)
-        self.actor.reset(self.seeds)
+        self.env = host_actors.make_envs(cfg, self.where)
+        self.batcher = host_actors.make_batcher(cfg, self.env, self.programs,
+                                                self.where.streams[0])
+        self.batcher.reset(np.asarray(state.env))
         self.params = self.to_actor(self.programs.learner.pack_params(self.state))
         self.batch = jax.block_until_ready(self.rollout(0))
 
@@ -109,217 +134,167 @@ class Blocking:
         return jax.block_until_ready(jax.device_put(params, self.actor_device))
 
     def rollout(self, k: int) -> jax.Array:
-        traj, sums = self.actor.rollout(self.params, self.run_key, k, k)
-        pieces = [host_actors.pack_numpy(self.programs.piece, p)
-                  for p in host_actors.split_for_learners(traj, sums, 1)]
-        return placement.to_learner(pieces, self.where)
+        traj, sums = self.batcher.rollout(self.params, self.run_key, k, k)
+        pieces = [pack_numpy(self.programs.piece, p)
+                  for p in placement.split_for_learners(traj, sums, 1)]
+        batch = placement.to_learner(pieces, self.where)
+        self.batcher.next_rollout()
+        return batch
 
-    def rollouts(self, n: int) -> None:
-        for k in range(n):
-            jax.block_until_ready(self.rollout(k))
+    def collect(self, budget_s: float) -> dict:
+        """The actors alone: SPS, the policy call's wall time, the actor thread's CPU time."""
+        policy, calls = self.batcher.policy, [0, 0.0]
 
-    def updates(self, n: int) -> None:
-        state = self.state
-        for _ in range(n):
-            state = jax.block_until_ready(self.programs.learner.learner(state, (self.batch,))[0])
+        def timed_policy(*a):
+            start = time.perf_counter()
+            out = np.asarray(policy(*a))
+            calls[0], calls[1] = calls[0] + 1, calls[1] + time.perf_counter() - start
+            return out
 
-    def parallel(self, n: int) -> None:
-        """Rollouts and updates in two threads exchanging nothing: what the machine allows."""
-        threads = [threading.Thread(target=f, args=(n,)) for f in (self.rollouts, self.updates)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        self.batcher.policy = timed_policy
+        cpu, workers, process = time.thread_time(), worker_cpu(self.env), time.process_time()
+        try:
+            t, n = timed(lambda k: jax.block_until_ready(self.rollout(k)), budget_s)
+        finally:
+            self.batcher.policy = policy
+        per_step = 1e6 / (n * self.cfg.steps_per_update)
+        actor = (time.thread_time() - cpu) * per_step
+        workers = (worker_cpu(self.env) - workers) * per_step
+        process = (time.process_time() - process) * per_step
+        return {"collect_sps": self.cfg.steps_per_update / t,
+                "policy_ms": 1000 * calls[1] / max(calls[0], 1),
+                "actor_cpu_us_per_step": actor, "process_cpu_us_per_step": process,
+                "worker_cpu_us_per_step": workers,
+                "cpu_bound_sps": default_workers() * 1e6 / (process + workers)}
 
-    def loop(self, n: int) -> None:
-        state = self.state
-        for k in range(n):
-            batch = jax.block_until_ready(self.rollout(k))
-            state, _, params = jax.block_until_ready(self.programs.learner.learner(state,
-                                                                                   (batch,)))
-            self.params = self.to_actor(params)
+    def collect_no_policy(self, budget_s: float) -> float:
+        """The actors alone with a constant policy: the envs and the host path."""
+        policy, constant = self.batcher.policy, np.zeros(self.batcher.acted.size, np.uint32)
+        self.batcher.policy = lambda *a: constant
+        try:
+            t, _ = timed(lambda k: jax.block_until_ready(self.rollout(k)), budget_s)
+        finally:
+            self.batcher.policy = policy
+        return self.cfg.steps_per_update / t
+
+    def update(self, _: int) -> None:
+        jax.block_until_ready(self.programs.learner.learner(self.state, (self.batch,))[0])
+
+    def blocking(self, k: int) -> None:
+        batch = jax.block_until_ready(self.rollout(k))
+        self.state, _, params = jax.block_until_ready(
+            self.programs.learner.learner(self.state, (batch,)))
+        self.params = self.to_actor(params)
 
 
-def per_iteration(fn, n: int) -> float:
+def worker_cpu(env: Any) -> float:
+    """CPU seconds the env's worker processes have used (0 for envs without workers)."""
+    total = 0.0
+    for pid in getattr(env, "pids", []):
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def envpool_raw(cfg: Any, budget_s: float) -> float:
+    """EnvPool's own rate: one pool of ``num_envs``, its default threads, random actions."""
+    import envpool
+
+    name = cfg.env.partition(":")[2]
+    pool = envpool.make(name, env_type="gymnasium", num_envs=cfg.num_envs, seed=0)
+    try:
+        pool.reset()
+        rng = np.random.default_rng(0)
+        n = pool.action_space.n
+        t, _ = timed(lambda _: pool.step(rng.integers(0, n, cfg.num_envs).astype(np.int32)),
+                     budget_s, least=5)
+    finally:
+        pool.close()
+    return cfg.num_envs / t
+
+
+def run_case(case: str, args: argparse.Namespace) -> dict:
+    cfg, row = case_config(case, args)
+    cores = default_workers()
+    load = os.getloadavg()[0]
     start = time.perf_counter()
-    fn(n)
-    return (time.perf_counter() - start) / n
+    rig = Rig(cfg)
+    compile_s = time.perf_counter() - start
+    try:
+        if case.startswith("envpool:"):
+            limit, kind = envpool_raw(cfg, args.budget_s), "envpool raw, same num_envs"
+        elif case.startswith("spin:"):
+            limit, kind = cores / (row["latency_ms"] / 1000), "cores / latency"
+        else:
+            limit, kind = cfg.num_envs / (row["latency_ms"] / 1000), "num_envs / latency"
+        collect = rig.collect(args.budget_s)
+        no_policy = rig.collect_no_policy(args.budget_s)
+        t_update, _ = timed(rig.update, args.budget_s, most=args.max_updates)
+        t_block, _ = timed(rig.blocking, args.budget_s, most=args.max_updates)
+    finally:
+        rig.env.close()
+    batch = cfg.steps_per_update
+    per_update = max(batch / collect["collect_sps"], t_update)
+    n = int(np.clip(args.budget_s / per_update, 4, args.max_updates))
+    timing = jra.train(dataclasses.replace(cfg, total_timesteps=batch * n), seed=0,
+                       progress=False).timing
+    sps = timing["sps"]
+    return {
+        **row, "num_envs": cfg.num_envs, "num_steps": cfg.num_steps,
+        "groups": rig.env.groups, "workers": len(getattr(rig.env, "owned", [])) or None,
+        "cores": cores, "env_limit_sps": limit, "limit": kind,
+        **collect, "collect_sps_no_policy": no_policy,
+        "collect_of_limit": collect["collect_sps"] / limit,
+        "learner_sps": batch / t_update, "blocking_sps": batch / t_block,
+        "sps": sps, "of_limit": sps / limit, "of_collect": sps / collect["collect_sps"],
+        "speedup": sps / (batch / t_block), "learner_busy": timing["learner_busy"],
+        "actor_busy": timing["actor_busy"], "updates": n, "compile_s": compile_s,
+        "load_avg": [round(load, 2), round(os.getloadavg()[0], 2)],
+    }
+
+
+def envpool_installed() -> bool:
+    try:
+        import envpool  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="gymnasium:CartPole-v1",
-                        help="a host env id (gymnasium:<id> or envpool:<id>)")
-    parser.add_argument("--num-envs", type=int, default=16)
-    parser.add_argument("--num-steps", type=int, default=64)
-    parser.add_argument("--update-epochs", type=int, default=20)
-    parser.add_argument("--num-minibatches", type=int, default=4)
-    parser.add_argument("--hidden", type=int, nargs="+", default=[64, 64])
-    parser.add_argument("--updates", type=int, default=40, help="iterations per measurement")
-    parser.add_argument("--rounds", type=int, default=3)
-    add_latency_args(parser)
+    parser.add_argument("--cases", nargs="+", default=None,
+                        help="sleep:<ms>:<envs>, spin:<ms>:<envs>, envpool:<id>:<envs> (default: "
+                             f"{' '.join(DEFAULT_CASES)}; EnvPool cases are skipped where it is "
+                             "not installed)")
+    parser.add_argument("--budget-s", type=float, default=5.0,
+                        help="about this many seconds per measurement")
+    parser.add_argument("--max-updates", type=int, default=200,
+                        help="at most this many updates per measurement")
+    parser.add_argument("--num-steps", type=int, default=32, help="gymnasium cases' rollout")
+    parser.add_argument("--atari-steps", type=int, default=16, help="EnvPool cases' rollout")
+    parser.add_argument("--one-line", action="store_true",
+                        help="print one JSON line with every case, not one per case")
     args = parser.parse_args()
-    if args.latency_ms:
-        return latency_main(args)
+    cases = args.cases or DEFAULT_CASES
     cache_compiled()
-    configs = {k: config(args, k) for k in THREADS}
-    batch = args.num_envs * args.num_steps
-    n = args.updates
-
-    start = time.perf_counter()
-    blocking = Blocking(configs[1])
-    for k in THREADS[1:]:  # compile the other layouts up front
-        jra.train(dataclasses.replace(configs[k], total_timesteps=batch), progress=False)
-    compile_s = time.perf_counter() - start
-
-    rounds: dict[str, list[float]] = {"R": [], "U": [], "blocking": [], "parallel": []}
-    runs: dict[int, list[dict]] = {k: [] for k in THREADS}
-    for _ in range(args.rounds):
-        rounds["R"].append(per_iteration(blocking.rollouts, n))
-        rounds["U"].append(per_iteration(blocking.updates, n))
-        rounds["blocking"].append(per_iteration(blocking.loop, n))
-        rounds["parallel"].append(per_iteration(blocking.parallel, n))
-        for k in THREADS:
-            runs[k].append(jra.train(configs[k], seed=0, progress=False).timing)
-    blocking.env.close()
-
-    R, U = float(np.median(rounds["R"])), float(np.median(rounds["U"]))
-    blocking_sps = [batch / t for t in rounds["blocking"]]
-    t_block, t_parallel = (float(np.median(rounds[k])) for k in ("blocking", "parallel"))
-    lines = [{"config": "blocking", "sps": float(np.median(blocking_sps)), "R": R, "U": U,
-              "T": t_block, "ideal": (R + U) / max(R, U), "T_parallel": t_parallel,
-              "machine_limit": t_block / t_parallel}]
-    for k in THREADS:
-        sps = [t["sps"] for t in runs[k]]
-        lines.append({
-            "config": f"threads={k}", "sps": float(np.median(sps)),
-            "speedup": float(np.median([a / b for a, b in zip(sps, blocking_sps)])),
-            "learner_busy": float(np.median([t["learner_busy"] for t in runs[k]])),
-            "actor_busy": float(np.median([t["actor_busy"] for t in runs[k]])),
-            "spread_sps": [round(min(sps)), round(max(sps))],
-        })
-    for line in lines:
-        print(json.dumps(line))
-    print(json.dumps({
-        "sps": {str(k): line["sps"] for k, line in zip(THREADS, lines[1:])},
-        "blocking_sps": lines[0]["sps"],
-        "speedup": {str(k): line["speedup"] for k, line in zip(THREADS, lines[1:])},
-        "learner_busy": {str(k): line["learner_busy"] for k, line in zip(THREADS, lines[1:])},
-        "R": R, "U": U, "ideal": lines[0]["ideal"], "T_parallel": t_parallel,
-        "machine_limit": t_block / t_parallel, "compile_s": compile_s,
-        "config": {"env": args.env, "torso": configs[1].resolved_torso, "num_envs": args.num_envs,
-                   "num_steps": args.num_steps, "update_epochs": args.update_epochs,
-                   "num_minibatches": args.num_minibatches, "hidden_sizes": args.hidden,
-                   "lag": 1},
-        "updates": n, "rounds": args.rounds, "load_avg": os.getloadavg()[0],
-        "jax": jax.__version__, "gymnasium": __import__("gymnasium").__version__,
-        **({"envpool": __import__("envpool").__version__} if args.env.startswith("envpool:")
-           else {}),
-    }))
-
-
-
-# --------------------------------------------------------------------------- envs that wait
-def add_latency_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
-        "envs whose step takes a fixed time (jaxrl_async/envs/latency.py); given --latency-ms, "
-        "the benchmark measures those instead of CartPole")
-    group.add_argument("--latency-ms", type=float, nargs="+", default=[],
-                       help="step latency of each env, ms (e.g. 1 5 20)")
-    group.add_argument("--mode", choices=("sleep", "spin"), default="sleep",
-                       help="sleep: the step waits, releasing the GIL (a simulator behind a "
-                            "socket); spin: it computes in Python, holding the GIL (CPU-bound)")
-    group.add_argument("--vectorization", choices=("sync", "async"), default="sync",
-                       help="the pipeline's AsyncConfig.host_vectorization (async: one "
-                            "subprocess per env); the blocking loop steps the envs in-thread")
-    group.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8])
-    group.add_argument("--budget-s", type=float, default=8.0,
-                       help="about this many seconds of blocking loop per measurement (the "
-                            "number of iterations is at least 4 and at most --updates)")
-
-
-def latency_main(args: argparse.Namespace) -> None:
-    """The blocking loop against the pipeline with k actor threads, per step latency: one JSON
-    line per (latency, configuration), then one summary line.
-
-    Each thread steps ``num_envs / k`` envs one after another, so k threads overlap k waits:
-    with the 'sleep' mode the pipeline's env throughput is at most ``k / latency`` (and
-    ``num_envs / latency`` with one env per thread); with 'spin' at most ``free cores /
-    latency``, and only in subprocesses (``--vectorization async``). ``bound_sps`` is that
-    limit, ``learner_busy_bound`` = U / (batch / bound_sps) the learner's busy fraction at it.
-    """
-    from jaxrl_async.envs.latency import waiting_cartpole_id
-
-    cache_compiled()
-    batch = args.num_envs * args.num_steps
-    threads = [k for k in args.threads if args.num_envs % k == 0]
-    lines, summary = [], {}
-    start_load = os.getloadavg()[0]
-    compile_s = 0.0
-    for latency in args.latency_ms:
-        env_id = waiting_cartpole_id(latency, args.mode)
-        base = config(args, 1)
-        configs = {k: dataclasses.replace(
-            base, env=env_id, runner=dataclasses.replace(
-                base.runner, actors_per_device=k, host_vectorization=args.vectorization))
-            for k in threads}
-        t_env = batch * latency / 1000  # the blocking loop's waits per iteration
-        n = int(min(args.updates, max(4, np.ceil(args.budget_s / max(t_env, 1e-9)))))
-        start = time.perf_counter()
-        blocking = Blocking(configs[threads[0]])
-        for k in threads:  # compile every layout (and start every env) once before timing
-            jra.train(dataclasses.replace(configs[k], total_timesteps=batch), progress=False)
-        compile_s += time.perf_counter() - start
-        rounds: dict[str, list[float]] = {"R": [], "U": [], "blocking": []}
-        runs: dict[int, list[dict]] = {k: [] for k in threads}
-        for _ in range(args.rounds):
-            rounds["R"].append(per_iteration(blocking.rollouts, max(2, n // 2)))
-            rounds["U"].append(per_iteration(blocking.updates, n))
-            rounds["blocking"].append(per_iteration(blocking.loop, n))
-            for k in threads:
-                cfg = dataclasses.replace(configs[k], total_timesteps=batch * n)
-                runs[k].append(jra.train(cfg, seed=0, progress=False).timing)
-        blocking.env.close()
-        R, U, t_block = (float(np.median(rounds[k])) for k in ("R", "U", "blocking"))
-        blocking_sps = [batch / t for t in rounds["blocking"]]
-        cores = len(os.sched_getaffinity(0))
-        row = {"latency_ms": latency, "mode": args.mode, "vectorization": args.vectorization,
-               "iterations": n}
-        lines.append({**row, "config": "blocking", "sps": float(np.median(blocking_sps)),
-                      "R": R, "U": U, "T": t_block, "ideal": (R + U) / max(R, U)})
-        for k in threads:
-            sps = [t["sps"] for t in runs[k]]
-            parallel = min(k, args.num_envs) if args.mode == "sleep" else cores
-            if args.mode == "spin" and args.vectorization == "sync":
-                parallel = 1  # the GIL: one env computes at a time
-            bound = parallel / (latency / 1000) if latency else float("inf")
-            lines.append({
-                **row, "config": f"threads={k}", "sps": float(np.median(sps)),
-                "speedup": float(np.median([a / b for a, b in zip(sps, blocking_sps)])),
-                "learner_busy": float(np.median([t["learner_busy"] for t in runs[k]])),
-                "actor_busy": float(np.median([t["actor_busy"] for t in runs[k]])),
-                "bound_sps": bound, "learner_busy_bound": min(1.0, U * bound / batch),
-                "spread_sps": [round(min(sps)), round(max(sps))],
-            })
-        summary[f"{latency:g}ms"] = {
-            "blocking_sps": lines[-len(threads) - 1]["sps"], "R": R, "U": U,
-            **{f"threads={line['config'][8:]}": {
-                key: round(line[key], 3) for key in ("sps", "speedup", "learner_busy",
-                                                     "bound_sps", "learner_busy_bound")}
-               for line in lines[-len(threads):]}}
-    for line in lines:
-        print(json.dumps(line))
-    print(json.dumps({
-        "latency": summary, "mode": args.mode, "vectorization": args.vectorization,
-        "compile_s": compile_s,
-        "config": {"env": "jaxrl/CartPole-<mode><latency>ms-v1", "num_envs": args.num_envs,
-                   "num_steps": args.num_steps, "update_epochs": args.update_epochs,
-                   "num_minibatches": args.num_minibatches, "hidden_sizes": args.hidden,
-                   "lag": 1},
-        "rounds": args.rounds, "cores": len(os.sched_getaffinity(0)),
-        "load_avg": [start_load, os.getloadavg()[0]], "jax": jax.__version__,
-        "gymnasium": __import__("gymnasium").__version__,
-    }))
+    rows = []
+    for case in cases:
+        if case.startswith("envpool:") and not envpool_installed():
+            rows.append({"case": case, "skipped": "envpool is not installed"})
+        else:
+            rows.append(run_case(case, args))
+        if not args.one_line:
+            print(json.dumps(rows[-1]), flush=True)
+    if args.one_line:
+        keys = ("env_limit_sps", "collect_sps", "sps", "of_limit", "collect_of_limit",
+                "learner_busy", "actor_busy", "speedup")
+        print(json.dumps({
+            "cases": {r["case"]: {k: round(r[k], 3) for k in keys} if "sps" in r else r
+                      for r in rows},
+            "cores": default_workers(), "jax": jax.__version__,
+            "devices": [str(d) for d in jax.devices()][:2]}))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Ours against rejax's PPO and the PureJaxRL-style baseline, side by side in one process.
 
-    python experiments/bench_peers.py [--workloads single sweep] [--repeats 3]
+    python experiments/bench_peers.py [--workloads single sweep] [--repeats 3] [--preset gpu]
 
 Two workloads, PPO on CartPole-v1 at the ``cartpole-ref`` settings (4 envs x 128 steps, 4
 epochs of 4 minibatches, tanh 64x64 actor and critic, gamma 0.99, GAE 0.95, clip 0.2):
@@ -53,9 +53,19 @@ import baseline_ppo  # noqa: E402
 import jaxrl_async as jra  # noqa: E402
 from jaxrl_async.networks import orthogonal  # noqa: E402
 
+jra.use_compile_cache("off")  # compile times here are cold ones (docs/results.md)
+
 GRID = {"lr": [1e-4, 3e-4, 1e-3, 3e-3], "ent_coef": [0.0, 0.003, 0.01, 0.03]}
 NUM_ENVS, NUM_STEPS = 4, 128
 UPDATES = {"single": 976, "sweep": 195}
+# (workload, envs per run, updates, seeds per config); "gpu": the sizes of the first GPU
+# measurements (docs/results.md, GPU): 1 run of 4 and of 2048 envs, sweeps of 16 configs x 32
+# and x 128 seeds (512 and 2048 runs).
+PRESETS = {
+    "cpu": [("single", NUM_ENVS, 976, 1), ("sweep", NUM_ENVS, 195, 2)],
+    "gpu": [("single", NUM_ENVS, 976, 1), ("single", 2048, 40, 1),
+            ("sweep", NUM_ENVS, 195, 32), ("sweep", NUM_ENVS, 195, 128)],
+}
 LAST = 10  # updates averaged for the final return
 
 
@@ -94,24 +104,24 @@ class LegacyStep:
         return obs, state, reward, done, info
 
 
-def rejax_algo(num_updates: int) -> Any:
+def rejax_algo(num_updates: int, num_envs: int = NUM_ENVS) -> Any:
     """rejax's PPO at these settings, its evaluation replaced by the training returns."""
     from rejax import PPO
 
     env, env_params = gymnax.make("CartPole-v1")
     algo = PPO.create(
-        env=LegacyStep(env), env_params=env_params, num_envs=NUM_ENVS, num_steps=NUM_STEPS,
+        env=LegacyStep(env), env_params=env_params, num_envs=num_envs, num_steps=NUM_STEPS,
         num_epochs=4, num_minibatches=4, learning_rate=2.5e-4, max_grad_norm=0.5, gamma=0.99,
         gae_lambda=0.95, clip_eps=0.2, vf_coef=0.5, ent_coef=0.01,
-        total_timesteps=num_updates * NUM_ENVS * NUM_STEPS, eval_freq=NUM_ENVS * NUM_STEPS,
+        total_timesteps=num_updates * num_envs * NUM_STEPS, eval_freq=num_envs * NUM_STEPS,
         skip_initial_evaluation=True,
         agent_kwargs={"activation": "tanh", "hidden_layer_sizes": (64, 64)})
     return algo.replace(eval_callback=lambda algo, ts, rng: ts.env_state.last_return.mean())
 
 
-def rejax_train(num_updates: int) -> Any:
+def rejax_train(num_updates: int, num_envs: int = NUM_ENVS) -> Any:
     """``(lr, ent_coef, key) -> training return per update`` of rejax's PPO."""
-    algo = rejax_algo(num_updates)
+    algo = rejax_algo(num_updates, num_envs)
 
     def train(lr, ent_coef, key):
         return algo.replace(learning_rate=lr, ent_coef=ent_coef).train(key)[1]
@@ -119,20 +129,21 @@ def rejax_train(num_updates: int) -> Any:
     return train
 
 
-def baseline_train(num_updates: int, anneal: bool, orthogonal: Any = None) -> Any:
+def baseline_train(num_updates: int, anneal: bool, orthogonal: Any = None,
+                   num_envs: int = NUM_ENVS) -> Any:
     """``(lr, ent_coef, key) -> training return per update`` of ``baseline_ppo.py``."""
     def train(lr, ent_coef, key):
         return baseline_ppo.make_train(
-            num_envs=NUM_ENVS, num_steps=NUM_STEPS,
-            total_timesteps=num_updates * NUM_ENVS * NUM_STEPS, lr=lr, ent=ent_coef,
+            num_envs=num_envs, num_steps=NUM_STEPS,
+            total_timesteps=num_updates * num_envs * NUM_STEPS, lr=lr, ent=ent_coef,
             anneal_lr=anneal, orthogonal=orthogonal)(key)[1]
 
     return train
 
 
-def ours_cfg(num_updates: int, anneal: bool) -> jra.PPOConfig:
-    return jra.PPOConfig(env="CartPole-v1", num_envs=NUM_ENVS, num_steps=NUM_STEPS,
-                         total_timesteps=num_updates * NUM_ENVS * NUM_STEPS, anneal_lr=anneal)
+def ours_cfg(num_updates: int, anneal: bool, num_envs: int = NUM_ENVS) -> jra.PPOConfig:
+    return jra.PPOConfig(env="CartPole-v1", num_envs=num_envs, num_steps=NUM_STEPS,
+                         total_timesteps=num_updates * num_envs * NUM_STEPS, anneal_lr=anneal)
 
 
 def final_return(curves: np.ndarray) -> np.ndarray:
@@ -193,15 +204,16 @@ class OurSweep:
     figures = Side.figures
 
 
-def workload(name: str, repeats: int, seeds: int) -> dict:
-    num_updates = UPDATES[name]
+def workload(name: str, repeats: int, seeds: int, num_envs: int = NUM_ENVS,
+             num_updates: int | None = None) -> dict:
+    num_updates = num_updates or UPDATES[name]
     if name == "single":
         key = jax.random.key(0)
         one = (jnp.float32(2.5e-4), jnp.float32(0.01), key)
-        ours_train = jra.make_train(ours_cfg(num_updates, anneal=True))
+        ours_train = jra.make_train(ours_cfg(num_updates, anneal=True, num_envs=num_envs))
         sides = [Side("ours", lambda k: ours_train(k).metrics["episode_return"], (key,)),
-                 Side("rejax", rejax_train(num_updates), one),
-                 Side("baseline", baseline_train(num_updates, anneal=True), one)]
+                 Side("rejax", rejax_train(num_updates, num_envs), one),
+                 Side("baseline", baseline_train(num_updates, True, None, num_envs), one)]
         runs = 1
     else:
         points = [(lr, ent) for lr in GRID["lr"] for ent in GRID["ent_coef"]]
@@ -216,14 +228,15 @@ def workload(name: str, repeats: int, seeds: int) -> dict:
     for _ in range(repeats):  # interleaved
         for side in sides:
             side.run()
-    steps = runs * num_updates * NUM_ENVS * NUM_STEPS
+    steps = runs * num_updates * num_envs * NUM_STEPS
     figures = {side.name: side.figures(steps) for side in sides}
     ours = figures["ours"]["train_s"]
-    result = {"workload": name, "runs": runs, "steps_per_run": steps // runs,
+    result = {"workload": name, "runs": runs, "envs": num_envs, "updates": num_updates,
+              "steps_per_run": steps // runs,
               "devices": 1, "repeats": repeats, **figures,
               "speedup_vs_rejax": round(figures["rejax"]["train_s"] / ours, 2),
               "speedup_vs_baseline": round(figures["baseline"]["train_s"] / ours, 2),
-              "jax": jax.__version__}
+              "jax": jax.__version__, "device": jax.devices()[0].device_kind}
     if name == "sweep":
         result["ours_best"] = {k: sides[0].best[k] for k in (*GRID, "final_return")}
     return result
@@ -234,11 +247,18 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", choices=sorted(UPDATES),
                         default=["single", "sweep"])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seeds", type=int, default=2, help="seeds per config (sweep)")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="seeds per config (sweep; default: the preset's, 2 on the CPU)")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu",
+                        help="workload sizes: 'cpu' (default) or 'gpu' (1 run of 4 x 128 "
+                             "and of 2048 x 128 envs x steps, sweeps of 16 configs x 32 and "
+                             "x 128 seeds: the first GPU measurements, docs/results.md)")
     args = parser.parse_args()
     jax.jit(lambda x: x + 1)(1.0).block_until_ready()  # start the backend before timing
-    for name in args.workloads:
-        print(json.dumps(workload(name, args.repeats, args.seeds)), flush=True)
+    for name, envs, updates, seeds in PRESETS[args.preset]:
+        if name in args.workloads:
+            print(json.dumps(workload(name, args.repeats, args.seeds or seeds, envs, updates)),
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import jax
 
 import jaxrl_async as jra
 
+jra.use_compile_cache("off")  # compile times here are cold ones (docs/results.md)
+
 jra.use_cpu_cores()  # before anything runs: one XLA:CPU device per core
 
 import numpy as np  # noqa: E402

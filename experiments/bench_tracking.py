@@ -25,6 +25,8 @@ os.environ.setdefault("WANDB_SILENT", "true")
 
 import jaxrl_async as jra  # noqa: E402
 
+jra.use_compile_cache("off")  # compile times here are cold ones (docs/results.md)
+
 
 class TimedWandbSink(jra.WandbSink):
     """``WandbSink`` that adds up the seconds its ``on_metrics`` takes in the host loop and

@@ -21,6 +21,7 @@ if str(ROOT) not in sys.path:
 
 from jaxrl_async import cli  # noqa: E402
 from jaxrl_async import config as C  # noqa: E402
+from jaxrl_async.cli_population import population_parser  # noqa: E402
 
 OUT = ROOT / "docs" / "cli.md"
 
@@ -116,6 +117,19 @@ def render() -> str:
         "Takes every config flag below (they set the base config) and:",
         "",
         *_action_rows(_non_field_actions(cli.sweep_parser("ppo"), field_names)),
+        "",
+        "## `jaxrl-async pbt` and `jaxrl-async halving`",
+        "",
+        "Take every config flag below (they set the base config) and (`pbt`):",
+        "",
+        *_action_rows(_non_field_actions(population_parser("pbt", "ppo"), field_names)),
+        "",
+        "`halving` takes the same but `--ready-every`, `--fraction`, `--resample-prob` and "
+        "`--factor`, and:",
+        "",
+        *_action_rows([a for a in _non_field_actions(population_parser("halving", "ppo"),
+                                                     field_names)
+                       if a.dest in ("eta", "rungs")]),
         "",
         "## `jaxrl-async eval`",
         "",

@@ -38,6 +38,8 @@ import jax  # noqa: E402
 
 import jaxrl_async as jra  # noqa: E402
 
+jra.use_compile_cache("off")  # compile times here are cold ones (docs/results.md)
+
 sys.path.insert(0, os.path.dirname(__file__))
 from xla_thunks import traced_thunks  # noqa: E402
 

@@ -10,9 +10,13 @@ from jaxrl_async.algos.pqn import PQNConfig
 from jaxrl_async.algos.recurrent_ppo import RecurrentPPOConfig
 from jaxrl_async.algos.sac import SACConfig
 from jaxrl_async.checkpoint import CheckpointError
+from jaxrl_async.compile_cache import use_compile_cache
 from jaxrl_async.config import AsyncConfig, SyncConfig
 from jaxrl_async.envs import EnvSpec, env_spec, make_env, register_env
 from jaxrl_async.evaluate import evaluate, save_gif
+from jaxrl_async.pbt import pbt, resume_population, successive_halving
+from jaxrl_async.population import Space
+from jaxrl_async.population_result import PopulationResult
 from jaxrl_async.runners.state import RunState, TrainingDiverged, TrainingInterrupted, TrainResult
 from jaxrl_async.sweep import (
     LogUniform,
@@ -47,9 +51,15 @@ __all__ = [
     "sweep",
     "random_search",
     "SweepResult",
+    "pbt",
+    "successive_halving",
+    "resume_population",
+    "Space",
+    "PopulationResult",
     "Uniform",
     "LogUniform",
     "use_cpu_cores",
+    "use_compile_cache",
     "CheckpointError",
     "TrainingInterrupted",
     "TrainingDiverged",

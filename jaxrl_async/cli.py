@@ -6,6 +6,8 @@ one source of truth for flags and help).
     jaxrl-async train --config experiments/configs/cartpole_ppo.yaml --lr 1e-3 --track
     jaxrl-async sweep --algo ppo --grid lr=1e-4,3e-4,1e-3 --grid ent_coef=0,0.01 --seeds 4
     jaxrl-async sweep --algo ppo --random lr=log:1e-4:1e-2 --num-samples 16 --seeds 2
+    jaxrl-async pbt --algo ppo --space lr=log:1e-4:1e-2 --population 16 --ready-every 10
+    jaxrl-async halving --algo ppo --space lr=log:1e-4:1e-2 --population 16 --eta 2 --rungs 3
     jaxrl-async eval runs/ppo_CartPole-v1_sync_20250101-120000 --episodes 20
 """
 
@@ -133,6 +135,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 
 def cmd_train(argv: list[str]) -> int:
     args = _parse(train_parser(_algo_of(argv)), argv)
+    options.use_compile_cache(args)
     final_episodes = vars(args).pop("final_eval_episodes", None)  # not a config field
     if final_episodes is not None and final_episodes < 0:
         return _fail(f"--eval-episodes: must be >= 0 (0: no evaluation after training), got "
@@ -242,6 +245,7 @@ def _final_evaluation(cfg: Any, result: Any, s: dict, episodes: int, seed: int, 
 
 def cmd_sweep(argv: list[str]) -> int:
     args = _parse(sweep_parser(_algo_of(argv)), argv)
+    options.use_compile_cache(args)
     from jaxrl_async import cli_sweep
     from jaxrl_async.sweep import random_search, sweep, use_cpu_cores
 
@@ -271,6 +275,33 @@ def cmd_sweep(argv: list[str]) -> int:
     cli_sweep.write_sweep(out, cfg, spec, result, args, best if isinstance(best, dict) else None)
     cli_sweep.report(out, cfg, result, args.rank_by, best)
     options.log_sweep(args, out, cfg, cli_sweep.tracked_spaces(spec, result, args), result)
+    return 0
+
+
+def cmd_population(kind: str, argv: list[str]) -> int:
+    """``jaxrl-async pbt`` and ``jaxrl-async halving`` (``cli_population``)."""
+    from jaxrl_async import cli_population
+    from jaxrl_async.population_checkpoint import read_meta
+
+    args = _parse(cli_population.population_parser(kind, _algo_of(argv)), argv)
+    try:
+        if args.resume:
+            cfg = read_meta(args.resume)[0]
+            out = Path(args.out or args.resume)
+        else:
+            cfg = config_from_args(args)
+            stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+            out = Path(args.out or f"runs/{kind}_{cfg.name}_{cfg.env}_{stamp}")
+        result = cli_population.run(kind, args, cfg, out)
+    except ValueError as e:  # a CheckpointError too
+        return _fail(e)
+    best = cli_population.write(out, result)
+    cli_population.report(out, result, best)
+    if args.track:
+        from jaxrl_async.tracking import log_population
+
+        log_population(out, result.base, cli_population.tracked(result), result,
+                       project=args.wandb_project, entity=args.wandb_entity)
     return 0
 
 
@@ -307,6 +338,10 @@ def cmd_eval(argv: list[str]) -> int:
 COMMANDS = {
     "train": (cmd_train, "train an agent, writing a run directory"),
     "sweep": (cmd_sweep, "sweep hyperparameters x seeds in one compile"),
+    "pbt": (lambda argv: cmd_population("pbt", argv),
+            "population-based training: losers copy winners inside one compile"),
+    "halving": (lambda argv: cmd_population("halving", argv),
+                "successive halving: the top 1/eta go on, inside one compile"),
     "eval": (cmd_eval, "evaluate a run directory's checkpoint on fresh envs"),
 }
 

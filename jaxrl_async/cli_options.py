@@ -19,6 +19,23 @@ def add_config_option(parser: argparse.ArgumentParser, command: str) -> None:
                              "override its values (docs/config_files.md)")
 
 
+def add_compile_cache_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--compile-cache", default=None, metavar="DIR|off",
+                        help="where compiled programs are kept for the next run (jax's "
+                             "persistent compilation cache), or 'off' (default: "
+                             "$JAXRL_ASYNC_COMPILE_CACHE, else $XDG_CACHE_HOME/jaxrl_async/xla; "
+                             "a JAX_COMPILATION_CACHE_DIR you set wins)")
+
+
+def use_compile_cache(args: argparse.Namespace) -> None:
+    """``--compile-cache``: point the compilation cache there (and take it out of ``args``)."""
+    where = vars(args).pop("compile_cache", None)
+    if where is not None:
+        from jaxrl_async.compile_cache import use_compile_cache as use
+
+        use(where)
+
+
 def add_tracking_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("experiment tracking (pip install 'jaxrl_async[wandb]')")
     group.add_argument("--track", action="store_true",

@@ -138,6 +138,7 @@ def train_parser(algo: str) -> argparse.ArgumentParser:
                              "is the final evaluation")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="show a progress bar (default: on)")
+    options.add_compile_cache_option(parser)
     options.add_tracking_options(parser)
     multi = parser.add_argument_group(
         "multi-process (multi-host) runs: one command per process, see "
@@ -186,6 +187,7 @@ def sweep_parser(algo: str) -> argparse.ArgumentParser:
                         help="output directory (default: runs/sweep_<algo>_<env>_<time>)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="show a progress bar (default: on)")
+    options.add_compile_cache_option(parser)
     options.add_tracking_options(parser)
     return parser
 

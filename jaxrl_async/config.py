@@ -44,8 +44,19 @@ from jaxrl_async.config_fields import (  # noqa: F401 - the field machinery, imp
     to_dict,
 )
 
-
 # --------------------------------------------------------------------------- shared configs
+HOST_VECTORIZATIONS = ("workers", "inline")
+
+
+def host_vectorization(x: object) -> str | None:
+    if x in HOST_VECTORIZATIONS:
+        return None
+    retired = (" ('sync' and 'async', the gymnasium vector envs of one thread or one process "
+               "per env, were retired: 'inline' steps envs in the thread, 'workers' in worker "
+               "processes)") if x in ("sync", "async") else ""
+    return f"must be one of {list(HOST_VECTORIZATIONS)}{retired}"
+
+
 @config
 class SyncConfig:
     """The fused on-device runner: rollout and update in one ``lax.scan``."""
@@ -86,13 +97,26 @@ class AsyncConfig:
     """Free-running mode: most trajectories collected or being collected and not yet taken by
     the learner (bounds memory and staleness), split evenly over the streams (at least one
     each: every stream is its own queue, so each env's data stays in time order)."""
-    host_vectorization: str = static("sync", one_of("sync", "async"))
-    """Host envs (env='gymnasium:...'): how each actor stream's gymnasium vector env steps its
-    envs: 'sync' one after another in the stream's thread, 'async' in a subprocess each."""
+    host_vectorization: str = static("workers", host_vectorization)
+    """Host gymnasium envs (env='gymnasium:...'): 'workers' steps each actor stream's envs in
+    worker processes writing into shared memory (host_workers of them), 'inline' one after
+    another in the stream's thread (tests, envs faster than a process round trip). EnvPool
+    envs always step in EnvPool's own threads."""
+    host_workers: int = static(0, non_negative_int)
+    """host_vectorization='workers': worker processes per actor stream (0: the cores divided
+    by the streams, at least 1); each steps an equal share of every group."""
+    host_threads: int = static(0, non_negative_int)
+    """Threads per host worker process (0: one per env, so envs that wait overlap their
+    waits; 1: a worker steps its envs one after another, for CPU-bound envs); for EnvPool envs,
+    its num_threads per pool (0: EnvPool's default, one per core)."""
+    host_groups: int = static(0, non_negative_int)
+    """Groups each actor stream splits its host envs into, so the policy acts on one group
+    while the others step (double buffering with 2); must divide the stream's envs. 0: 2 where
+    the stream's envs are even, else 1."""
     host_step_timeout: float = static(60.0, non_negative)
-    """host_vectorization='async': seconds a step (or reset) of a stream's envs may take; a
-    slower one stops the run with an error naming the env id and the envs that did not answer,
-    and their worker processes are terminated. 0: wait forever."""
+    """Seconds a step (or reset) of a group of host envs in worker processes may take; a slower
+    one stops the run with an error naming the env id and the envs that did not answer, and the
+    worker processes are terminated. 0: wait forever."""
 
     name = "async"
 
@@ -250,6 +274,10 @@ class TrainConfig:
                 fail(self, "runner", f"must be AsyncConfig(...) for the host env {self.env!r} "
                      "(host envs are stepped by actor threads; the sync runner runs the envs "
                      "inside one JAX program)")
+            per_stream = self.num_envs // self.runner.num_streams
+            if self.runner.host_groups and per_stream % self.runner.host_groups:
+                fail(self, "runner", f"host_groups={self.runner.host_groups} must divide each "
+                     f"actor stream's {per_stream} host envs (num_envs / streams)")
             if self.normalize_obs:
                 fail(self, "normalize_obs", f"is not supported for the host env {self.env!r} "
                      "(wrap the gymnasium env in gymnasium.wrappers.NormalizeObservation and "

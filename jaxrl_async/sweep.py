@@ -31,6 +31,7 @@ from jax import lax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from jaxrl_async.compile_cache import default_compile_cache
 from jaxrl_async.config import hyper_fields, static_fields
 from jaxrl_async.config_fields import check_seed
 from jaxrl_async.runners import sync
@@ -159,6 +160,40 @@ class _Progress:
             self.bar.set_postfix_str(f"SPS={sps:,.0f}, best return={shown}")
 
 
+def init_runs(cfgs: Any, seeds: jax.Array) -> Any:
+    """The run states of stacked configs and seeds ``[R]``, as ``jra.train`` starts them."""
+    return jax.vmap(lambda cfg, seed: sync.program(cfg).init(jax.random.key(seed)))(cfgs, seeds)
+
+
+def step_runs(cfgs: Any, states: Any, i: jax.Array, *, num_devices: int, num_updates: int,
+              log_every: int, progress: bool) -> tuple[Any, dict]:
+    """Update ``i + 1`` (``i`` an unbatched counter) of every run ``[R]``: the sync runner's
+    update, the evaluation due after it and the progress report (one callback per log chunk)."""
+
+    def update(cfg, state):
+        return sync.program(cfg).update(state)
+
+    def evaluate(runs):  # (cfgs, states) -> eval metrics [R]
+        return jax.vmap(lambda c, s: sync.program(c).evaluate(s))(*runs)
+
+    states, metrics = jax.vmap(update)(cfgs, states)
+    if cfgs.eval_every:  # the cond outside the vmap: only the updates due evaluate
+        metrics = with_evaluation(cfgs, evaluate, (cfgs, states), metrics, i + 1)
+    if progress:
+        done = states.update[0]
+        device = lax.axis_index(AXIS) if num_devices > 1 else 0
+        best = jnp.nanmax(metrics["episode_return"])
+        report = (done % log_every == 0) | (done == num_updates)
+        lax.cond(report, lambda: jax.debug.callback(_Progress.tick, device, done, best),
+                 lambda: None)
+    return states, metrics
+
+
+def final_params(cfgs: Any, states: Any) -> Any:
+    """The policy params of every run ``[R]``."""
+    return jax.vmap(lambda c, s: build(c)[1].policy_params(s))(cfgs, states.learner)
+
+
 @functools.cache
 def _program(num_devices: int, num_updates: int, log_every: int, progress: bool,
              options: tuple) -> Any:
@@ -166,31 +201,13 @@ def _program(num_devices: int, num_updates: int, log_every: int, progress: bool,
     ``[R, num_updates]``). Cached, so repeating a sweep of the same shape does not recompile."""
 
     def runs(cfgs: Any, seeds: jax.Array):
-        def init(cfg, seed):
-            return sync.program(cfg).init(jax.random.key(seed))
-
-        def update(cfg, state):
-            return sync.program(cfg).update(state)
-
-        def evaluate(runs):  # (cfgs, states) -> eval metrics [R]
-            return jax.vmap(lambda c, s: sync.program(c).evaluate(s))(*runs)
-
         def body(states, i):
-            states, metrics = jax.vmap(update)(cfgs, states)
-            if cfgs.eval_every:  # the cond outside the vmap: only the updates due evaluate
-                metrics = with_evaluation(cfgs, evaluate, (cfgs, states), metrics, i + 1)
-            if progress:
-                done = states.update[0]
-                device = lax.axis_index(AXIS) if num_devices > 1 else 0
-                best = jnp.nanmax(metrics["episode_return"])
-                report = (done % log_every == 0) | (done == num_updates)
-                lax.cond(report, lambda: jax.debug.callback(_Progress.tick, device, done, best),
-                         lambda: None)
-            return states, metrics
+            return step_runs(cfgs, states, i, num_devices=num_devices, num_updates=num_updates,
+                             log_every=log_every, progress=progress)
 
-        states = jax.vmap(init)(cfgs, seeds)
+        states = init_runs(cfgs, seeds)
         states, metrics = lax.scan(body, states, jnp.arange(num_updates, dtype=jnp.int32))
-        params = jax.vmap(lambda c, s: build(c)[1].policy_params(s))(cfgs, states.learner)
+        params = final_params(cfgs, states)
         return params, jax.tree.map(lambda m: jnp.swapaxes(m, 0, 1), metrics)
 
     if num_devices > 1:
@@ -247,6 +264,29 @@ def random_search(
                       num_devices=num_devices, progress=progress)
 
 
+def seed_list(seeds: int | Sequence[int]) -> tuple[int, ...]:
+    """``seeds`` as a tuple: a count ``n`` is the seeds ``0 .. n-1``; ``ValueError`` naming
+    anything else than a positive count or a non-empty list of valid seeds."""
+    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+        if not 1 <= seeds <= 2**31:
+            raise ValueError(f"seeds must be a positive count (the seeds 0, 1, ...) or a "
+                             f"non-empty list of seeds, got {seeds}")
+        return tuple(range(seeds))
+    if isinstance(seeds, (bool, str)) or not isinstance(seeds, (Sequence, np.ndarray)) or \
+            not len(seeds):
+        raise ValueError(f"seeds must be a positive count or a non-empty list of seeds, "
+                         f"got {seeds!r}")
+    return tuple(check_seed(s, "each of seeds") for s in seeds)
+
+
+def check_runner(cfg: Any) -> None:
+    """``ValueError`` unless ``cfg`` trains on the sync runner on one device (a sweep spreads
+    whole runs over the devices)."""
+    if cfg.runner.name != "sync" or cfg.runner.num_devices != 1:
+        raise ValueError(f"{type(cfg).__name__}.runner: a sweep spreads whole runs over the "
+                         "devices, one device per run; use runner=SyncConfig(num_devices=1)")
+
+
 def run_points(
     cfg: Any,
     points: Sequence[Mapping[str, Any]],
@@ -261,20 +301,8 @@ def run_points(
         raise ValueError("a sweep needs at least one point")
     fields = tuple(dict.fromkeys(k for p in points for k in p))
     check_sweepable(cfg, fields)
-    if cfg.runner.name != "sync" or cfg.runner.num_devices != 1:
-        raise ValueError(f"{type(cfg).__name__}.runner: a sweep spreads whole runs over the "
-                         "devices, one device per run; use runner=SyncConfig(num_devices=1)")
-    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
-        if not 1 <= seeds <= 2**31:
-            raise ValueError(f"seeds must be a positive count (the seeds 0, 1, ...) or a "
-                             f"non-empty list of seeds, got {seeds}")
-        seeds = tuple(range(seeds))
-    else:
-        if isinstance(seeds, (bool, str)) or not isinstance(seeds, (Sequence, np.ndarray)) or \
-                not len(seeds):
-            raise ValueError(f"seeds must be a positive count or a non-empty list of seeds, "
-                             f"got {seeds!r}")
-        seeds = tuple(check_seed(s, "each of seeds") for s in seeds)
+    check_runner(cfg)
+    seeds = seed_list(seeds)
     configs = [dataclasses.replace(cfg, **p) for p in points]  # validates every point now
     warn_partial_update(cfg)
 
@@ -288,6 +316,7 @@ def run_points(
     run_seeds += run_seeds[-1:] * (padded - num_runs)
     stacked, seed_array = _stack(run_cfgs), np.asarray(run_seeds, np.int32)
 
+    default_compile_cache()  # compiled programs kept across processes (compile_cache)
     program = _program(devices, cfg.num_updates, cfg.log_every, progress,
                        tuple(sorted(compiler_options(cfg).items())))
     bar = None

@@ -14,6 +14,7 @@ import json
 import os
 import queue
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -218,5 +219,46 @@ def log_sweep(out: str | Path, cfg: Any, spec: dict[str, Any], result: Any, *,
             run.summary.update({"best/" + k: best[k] for k in (*result.fields, rank_by)})
         if (out / "sweep.png").exists():
             run.summary["sweep_plot"] = wandb.Image(str(out / "sweep.png"))
+    finally:
+        run.finish()
+
+
+def log_population(out: str | Path, cfg: Any, spec: dict[str, Any], result: Any, *,
+                   project: str | None = None, entity: str | None = None) -> None:
+    """One tracker run for a whole population (job type ``pbt`` or ``halving``): the base
+    config and the space and schedule as its config; the population's mean and best return
+    per update as its history; ``members.csv`` and the copy events of the lineage as tables;
+    the best member in the summary; the population plot as an image."""
+    import csv
+
+    wandb = _wandb()
+    out = Path(out)
+    run = wandb.init(project=project, entity=entity, name=out.name, dir=wandb_dir(out),
+                     job_type=result.schedule.kind, config={**to_dict(cfg), "population": spec})
+    try:
+        returns = np.asarray(result.curves["episode_return"], np.float64)  # [N, S, T]
+        steps = result.curves["env_steps"][0, 0]
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean, best = np.nanmean(returns, (0, 1)), np.nanmax(returns, (0, 1))
+        for t in range(returns.shape[-1]):
+            run.log({"env_steps": int(steps[t]), "population/mean_return": float(mean[t]),
+                     "population/best_return": float(best[t])}, step=t + 1)
+        with (out / "members.csv").open(newline="") as f:
+            rows = list(csv.reader(f))
+        lin, names = result.lineage, list(result.space.names)
+        copies = [[int(lin["update"][e]), result.seeds[s], m, int(lin["source"][e, s, m]),
+                   float(lin["score"][e, s, int(lin["source"][e, s, m])]),
+                   *[float(lin[f][e + 1, s, m]) for f in names]]
+                  for e in range(len(lin["update"])) for s in range(len(result.seeds))
+                  for m in range(lin["source"].shape[-1]) if lin["source"][e, s, m] != m]
+        run.log({"members": wandb.Table(columns=rows[0], data=rows[1:]),
+                 "copies": wandb.Table(columns=["update", "seed", "member", "source",
+                                                "source_score", *names], data=copies)})
+        top = result.best()
+        run.summary.update({"best/" + k: top[k] for k in (*names, "final_return", "member",
+                                                          "seed")})
+        if (out / "population.png").exists():
+            run.summary["population_plot"] = wandb.Image(str(out / "population.png"))
     finally:
         run.finish()

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxrl_async import checkpoint, config_files, runners, sinks
+from jaxrl_async import checkpoint, compile_cache, config_files, runners, sinks
 from jaxrl_async.algos import from_dict
 from jaxrl_async.checkpoint import CheckpointError
 from jaxrl_async.config import to_dict
@@ -164,6 +164,7 @@ def train(
                          "or choose another run directory")
 
     warn_partial_update(cfg)
+    compile_cache.default_compile_cache()  # compiled programs kept across processes
     writers: list[Any] = []
     if jax.process_index() != 0:  # in a distributed run only the main process writes
         run_dir, progress = None, False

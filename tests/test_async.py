@@ -248,11 +248,11 @@ def test_packing_is_exact():
     for name in tree:
         assert back[name].dtype == tree[name].dtype
         np.testing.assert_array_equal(back[name], tree[name])
-    from jaxrl_async.runners import host_actors  # the host's numpy packing, bit for bit
+    from jaxrl_async.runners import host_trajectory  # the host's numpy packing, bit for bit
 
-    host = host_actors.pack_numpy(packing, tree)
+    host = host_trajectory.pack_numpy(packing, tree)
     np.testing.assert_array_equal(host, jax.jit(packing.pack)(tree))
-    for name, leaf in host_actors.unpack_numpy(packing, host).items():
+    for name, leaf in host_trajectory.unpack_numpy(packing, host).items():
         assert leaf.dtype == tree[name].dtype
         np.testing.assert_array_equal(leaf, tree[name])
 

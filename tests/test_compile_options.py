@@ -46,9 +46,10 @@ def test_init_compiled_for_compile_time_is_bit_identical(name):
         pytest.skip(f"jaxlib {jaxlib.__version__} has no legacy emitters: one compile only")
     assert compiler_options(cfg, runs_once=True) != compiler_options(cfg)  # the CPU: they differ
     init = sync._host_programs(cfg)[1]
-    key = jax.random.key(7)
-    default = leaves(init.lower(key).compile(compiler_options(cfg))(key))
-    once = leaves(init.lower(key).compile(compiler_options(cfg, runs_once=True))(key))
+    key, hyper = jax.random.key(7), sync.hyperparameters(cfg)
+    default = leaves(init.lower(hyper, key).compile(compiler_options(cfg))(hyper, key))
+    once = leaves(init.lower(hyper, key).compile(compiler_options(cfg, runs_once=True))(
+        hyper, key))
     assert len(default) == len(once)
     for a, b in zip(default, once, strict=True):
         np.testing.assert_array_equal(a, b)
@@ -63,7 +64,7 @@ def test_options_are_ones_the_running_jaxlib_has():
     cfg = dataclasses.replace(CONFIGS["ppo"], fast_compile=True)
     expected = {"xla_cpu_use_fusion_emitters": False} if legacy else {}
     init = sync._host_programs(cfg)[1]
-    key = jax.random.key(7)
+    key, hyper = jax.random.key(7), sync.hyperparameters(cfg)
     for options in (compiler_options(cfg), compiler_options(cfg, runs_once=True)):
         assert options == expected
-        init.lower(key).compile(options)  # the old options: "No such compile option" on 0.11
+        init.lower(hyper, key).compile(options)  # the old options: "No such compile option" on 0.11

@@ -17,17 +17,18 @@ import jaxrl_async as jra  # noqa: E402
 from jaxrl_async.algos import make_algorithm  # noqa: E402
 from jaxrl_async.config import to_dict  # noqa: E402
 from jaxrl_async.envs import env_spec  # noqa: E402
-from jaxrl_async.envs.host import EnvPoolVecEnv  # noqa: E402
-from jaxrl_async.runners import host_actors, placement  # noqa: E402
+from jaxrl_async.envs.host_envpool import EnvPoolVecEnv  # noqa: E402
+from jaxrl_async.runners import host_actors, host_batcher, placement  # noqa: E402
 from tests.conftest import compile_once, runner_threads  # noqa: E402
 
 FRAMES = (4, 84, 84)
 
 
-def impala(env: str, threads: int) -> jra.ImpalaConfig:
+def impala(env: str, threads: int, deterministic: bool = True) -> jra.ImpalaConfig:
     return jra.ImpalaConfig(env=env, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 3,
                             hidden_sizes=(64,), log_every=1, fast_compile=True,
-                            runner=jra.AsyncConfig(actors_per_device=threads, lag=1))
+                            runner=jra.AsyncConfig(actors_per_device=threads, lag=1,
+                                                   deterministic=deterministic))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -37,7 +38,8 @@ def reuse_compiled():
     def key(cfg, algo, spec, where):
         fields = {k: v for k, v in to_dict(cfg).items() if k not in ("env", "runner")}
         return (json.dumps(fields, sort_keys=True), dataclasses.replace(spec, env_id=""),
-                spec.num_actions, cfg.runner.num_streams, tuple(where.actor_devices),
+                spec.num_actions, cfg.runner.num_streams,
+                host_batcher.groups(cfg.runner, where.per_stream), tuple(where.actor_devices),
                 tuple(where.learner_devices))
 
     yield from compile_once(host_actors, "compile_host_programs", key)
@@ -73,6 +75,43 @@ def test_a_lost_life_is_not_the_end_of_a_breakout_episode():
     assert not np.array_equal(step.obs, step.final_obs)  # the next game's first frames
 
 
+@pytest.mark.timeout(120)
+def test_pools_per_group_reset_in_the_step_an_episode_ends():
+    # 4 envs in 2 groups (a pool of 2 each, 2 threads), episodes cut at 4 steps, step by step
+    # against one single-env pool per env stepped with EnvPool's own next-step autoreset: the
+    # same frames, rewards and ends; where an episode ended, final_obs is the pool's last frames
+    # and obs the frames its next (reset) step returns. Env j of a group is seeded as EnvPool
+    # seeds it: the group's seed + j.
+    spec = env_spec("envpool:Pong-v5")
+    env = EnvPoolVecEnv(spec, 4, groups=2, threads=2, max_episode_steps=4)
+    refs = [envpool.make("Pong-v5", env_type="gymnasium", num_envs=1, seed=s,
+                         max_episode_steps=4) for s in (20, 21, 40, 41)]
+    try:
+        obs = env.reset([20, 99, 40, 99])
+        for i, ref in enumerate(refs):
+            np.testing.assert_array_equal(obs[i], ref.reset()[0][0])
+        rng, ends = np.random.default_rng(0), 0
+        for t in range(10):
+            action = rng.integers(0, spec.num_actions, 4)
+            step = env.step(action)
+            for i, ref in enumerate(refs):
+                o, r, term, trunc, _ = ref.step(action[i:i + 1])
+                np.testing.assert_array_equal(step.final_obs[i], o[0])
+                assert (step.reward[i], step.terminated[i], step.truncated[i]) == (
+                    r[0], term[0], trunc[0])
+                if term[0] or trunc[0]:
+                    ends += 1
+                    o, r, term, trunc, info = ref.step(np.zeros(1, np.int32))  # the reset step
+                    assert info["elapsed_step"][0] == 0
+                    assert not np.array_equal(step.obs[i], step.final_obs[i])
+                np.testing.assert_array_equal(step.obs[i], o[0], err_msg=f"env {i} at t={t}")
+        assert ends == 2 * 4  # truncated at t = 3 and 7
+    finally:
+        env.close()
+        for ref in refs:
+            ref.close()
+
+
 @pytest.mark.timeout(600)
 def test_pong_through_host_actors_truncates_with_the_final_frames(devices):
     # The host actor of the IMPALA run below (Nature CNN), on Pong cut at 3 steps: every env is
@@ -89,9 +128,9 @@ def test_pong_through_host_actors_truncates_with_the_final_frames(devices):
     params = jax.device_put(
         programs.learner.pack_params(jax.device_put(state._replace(env=()), where.replicated)),
         where.actor_devices[0])
-    env = EnvPoolVecEnv(spec, 4, max_episode_steps=3)
+    env = EnvPoolVecEnv(spec, 4, groups=2, max_episode_steps=3)
     try:
-        actor = host_actors.HostActor(env, programs, where.streams[0], cfg.num_steps)
+        actor = host_actors.make_batcher(cfg, env, programs, where.streams[0])
         actor.reset([11, 12, 13, 14])
         traj, _ = actor.rollout(params, jax.device_put(state.key, where.actor_devices[0]), 0, 0)
     finally:
@@ -120,12 +159,17 @@ def test_pong_through_host_actors_truncates_with_the_final_frames(devices):
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("threads", [1, 2])
-def test_impala_trains_on_pong_with_actor_threads(threads):
-    cfg = impala("envpool:Pong-v5", threads)
+@pytest.mark.parametrize("threads, deterministic", [(1, True), (2, True), (1, False)],
+                         ids=["1-stream", "2-streams", "free-running"])
+def test_impala_trains_on_pong_with_actor_threads(threads, deterministic):
+    # The batched path (a pool per group, one policy call per group) under both schedules.
+    cfg = impala("envpool:Pong-v5", threads, deterministic)
     out = jra.train(cfg, seed=0, progress=False)
-    assert out.timing["env_steps_collected"] == cfg.num_updates * cfg.steps_per_update
-    assert np.all(out.metrics["staleness"][1:] == 1)
+    if deterministic:
+        assert out.timing["env_steps_collected"] == cfg.num_updates * cfg.steps_per_update
+        assert np.all(out.metrics["staleness"][1:] == 1)
+    else:
+        assert out.timing["env_steps_trained"] == cfg.num_updates * cfg.steps_per_update
     for name in ("loss", "entropy"):
         values = [v for k, v in out.metrics.items() if k.endswith(name)]
         assert values and all(np.isfinite(v).all() for v in values), name

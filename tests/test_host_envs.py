@@ -9,6 +9,9 @@ import json
 import multiprocessing
 import os
 import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -23,9 +26,11 @@ from jaxrl_async import runners
 from jaxrl_async.algos import make_algorithm
 from jaxrl_async.config import to_dict
 from jaxrl_async.envs import EnvSpec, VecEnv, env_spec, make_env, make_host_env
+from jaxrl_async.envs.host import InlineVecEnv
+from jaxrl_async.envs.host_workers import WorkerVecEnv
 from jaxrl_async.envs.wrappers import EpisodeStatistics
 from jaxrl_async.rollout import EnvCarry, rollout
-from jaxrl_async.runners import host_actors, placement
+from jaxrl_async.runners import host_actors, host_batcher, host_trajectory, placement
 from jaxrl_async.runners.common import update_keys
 from jaxrl_async.sinks import final_return
 from tests.conftest import async_ppo, compile_once, no_threads_left, runner_threads
@@ -33,23 +38,26 @@ from tests.conftest import async_ppo, compile_once, no_threads_left, runner_thre
 COUNTER = "jaxrl-test/Counter-v0"
 EXPLODING = "jaxrl-test/Exploding-v0"
 HANGING = "jaxrl-test/Hanging-v0"
+DYING = "jaxrl-test/Dying-v0"
 
 
 class Counter(gymnasium.Env):
     """Observation ``[episode, t]`` (float64, cast to float32 by the adapter), reward ``t + 1``
     for the step from ``t``. Even episodes are truncated after 3 steps, odd ones terminate after
     4. With ``explode_at``, the step of that number (counted over the env's life) raises; with
-    ``hang_at``, it never returns."""
+    ``hang_at``, it never returns; with ``die_at``, its process is killed if it was reset with
+    the seed 2."""
 
     observation_space = gymnasium.spaces.Box(0.0, 1e6, (2,), np.float64)
     action_space = gymnasium.spaces.Discrete(2)
 
-    def __init__(self, explode_at: int = 0, hang_at: int = 0):
-        self.explode_at, self.hang_at = explode_at, hang_at
+    def __init__(self, explode_at: int = 0, hang_at: int = 0, die_at: int = 0):
+        self.explode_at, self.hang_at, self.die_at = explode_at, hang_at, die_at
         self.steps, self.episode, self.t = 0, -1, 0
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
+        self.seed = seed if seed is not None else getattr(self, "seed", None)
         self.episode, self.t = self.episode + 1, 0
         return np.array([self.episode, 0.0]), {}
 
@@ -59,6 +67,8 @@ class Counter(gymnasium.Env):
             raise RuntimeError(f"env exploded at step {self.steps}")
         if self.steps == self.hang_at:
             time.sleep(10**6)
+        if self.steps == self.die_at and self.seed == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
         self.t += 1
         odd = self.episode % 2 == 1
         terminated, truncated = odd and self.t == 4, not odd and self.t == 3
@@ -69,6 +79,7 @@ class Counter(gymnasium.Env):
 gymnasium.register(COUNTER, entry_point=Counter)
 gymnasium.register(EXPLODING, entry_point=Counter, kwargs={"explode_at": 25})
 gymnasium.register(HANGING, entry_point=Counter, kwargs={"hang_at": 25})
+gymnasium.register(DYING, entry_point=Counter, kwargs={"die_at": 5})
 
 
 class JaxCounter(VecEnv):
@@ -109,7 +120,8 @@ def reuse_compiled():
     def key(cfg, algo, spec, where):
         fields = {k: v for k, v in to_dict(cfg).items() if k not in ("env", "runner")}
         return (json.dumps(fields, sort_keys=True), dataclasses.replace(spec, env_id=""),
-                cfg.runner.num_streams, tuple(where.actor_devices), tuple(where.learner_devices))
+                cfg.runner.num_streams, host_batcher.groups(cfg.runner, where.per_stream),
+                tuple(where.actor_devices), tuple(where.learner_devices))
 
     yield from compile_once(host_actors, "compile_host_programs", key)
 
@@ -119,6 +131,7 @@ def reuse_compiled():
 def test_a_host_rollout_is_the_jax_rollout_of_the_same_env(devices):
     # Stream 1 of 2 (global env ids 2, 3), two learner devices: the trajectory, episode sums
     # and acting keys are those of rollout.rollout on the same env in JAX, truncation included.
+    # The default path: each stream's 2 envs in 2 groups of 1, stepped by a worker process.
     cfg = ppo(COUNTER, dict(actors_per_device=2, learner_devices=2), num_steps=12)
     where = placement.layout(cfg, devices[:3])
     spec = env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
@@ -130,9 +143,10 @@ def test_a_host_rollout_is_the_jax_rollout_of_the_same_env(devices):
     stream, update, version = where.streams[1], 5, 7
     run_key = jax.device_put(state.key, stream.device)
 
-    env = make_host_env(cfg.env, 2)
+    env = host_actors.make_envs(cfg, where)
     try:
-        actor = host_actors.HostActor(env, programs, stream, cfg.num_steps)
+        assert isinstance(env, WorkerVecEnv) and env.groups == 2
+        actor = host_actors.make_batcher(cfg, env, programs, stream)
         actor.reset([11, 12])
         traj, sums = actor.rollout(params, run_key, update, version)
     finally:
@@ -166,10 +180,10 @@ def test_a_host_rollout_is_the_jax_rollout_of_the_same_env(devices):
     np.testing.assert_array_equal(sums, [44.0, 20.0, 6.0])
 
     # The numpy packing is Packing.pack bit for bit.
-    piece = host_actors.split_for_learners(traj, sums, 2)[1]
-    host = host_actors.pack_numpy(programs.piece, piece)
+    piece = placement.split_for_learners(traj, sums, 2)[1]
+    host = host_trajectory.pack_numpy(programs.piece, piece)
     np.testing.assert_array_equal(host, jax.jit(programs.piece.pack)(piece))
-    back = host_actors.unpack_numpy(programs.piece, host)
+    back = host_trajectory.unpack_numpy(programs.piece, host)
     for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(piece), strict=True):
         np.testing.assert_array_equal(a, b)
 
@@ -220,7 +234,8 @@ def test_a_waiting_cartpole_is_gymnax_cartpole_and_waits(devices):
     env_id = waiting_cartpole_id(latency_ms)
     assert env_id == "gymnasium:jaxrl/CartPole-sleep2ms-v1"
     assert env_spec(env_id) == dataclasses.replace(env_spec("CartPole-v1"), env_id=env_id)
-    cfg = ppo(env_id.partition(":")[2], dict(actors_per_device=2))  # shares the CartPole compile
+    cfg = ppo(env_id.partition(":")[2], dict(actors_per_device=2, host_groups=1,
+                                             host_vectorization="inline"))
     where = placement.layout(cfg, devices[:2])
     spec = env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
     algo = make_algorithm(cfg, spec)
@@ -231,9 +246,10 @@ def test_a_waiting_cartpole_is_gymnax_cartpole_and_waits(devices):
     stream, update, version = where.streams[1], 2, 1
     run_key = jax.device_put(state.key, stream.device)
 
-    env = make_host_env(cfg.env, 2)
+    env = host_actors.make_envs(cfg, where)
     try:
-        actor = host_actors.HostActor(env, programs, stream, cfg.num_steps)
+        unwrapped = env.envs[0].unwrapped
+        actor = host_actors.make_batcher(cfg, env, programs, stream)
         actor.reset(seeds)
         start = time.perf_counter()
         traj, sums = actor.rollout(params, run_key, update, version)
@@ -260,7 +276,7 @@ def test_a_waiting_cartpole_is_gymnax_cartpole_and_waits(devices):
                                          cfg.num_steps, stream.env_id, version,
                                          update * cfg.num_steps)
 
-    assert traj.terminated.any() and isinstance(env.env.envs[0].unwrapped, WaitingCartPole)
+    assert traj.terminated.any() and isinstance(unwrapped, WaitingCartPole)
     for name, x, y in zip(traj._fields, traj, expected):
         for a, b in zip(jax.tree.leaves(x), jax.tree.leaves(y), strict=True):
             assert np.asarray(a).dtype == b.dtype and np.shape(a) == b.shape, name
@@ -272,12 +288,13 @@ def test_a_waiting_cartpole_is_gymnax_cartpole_and_waits(devices):
 @pytest.mark.timeout(300)
 def test_a_seed_reproduces_a_run_whatever_the_vectorization():
     # 2 streams of 2 envs, lag 1: deterministic mode is a lock-step schedule, the envs are
-    # seeded per env id, so two runs agree bit for bit, gymnasium's 'async' vector env too.
-    one, two, in_processes = (
+    # seeded per env id, so two runs in worker processes agree bit for bit, and with the run
+    # whose envs step in the actor threads.
+    one, two, inline = (
         runners.run(ppo("CartPole-v1", dict(actors_per_device=2, host_vectorization=mode)),
                    jax.random.key(4), devices=jax.local_devices()[:2])
-        for mode in ("sync", "sync", "async"))
-    for other in (two, in_processes):
+        for mode in ("workers", "workers", "inline"))
+    for other in (two, inline):
         for x, y in zip(jax.tree.leaves(one.params), jax.tree.leaves(other.params), strict=True):
             np.testing.assert_array_equal(x, y)
         np.testing.assert_array_equal(one.metrics["episode_return"],
@@ -290,7 +307,7 @@ def test_a_seed_reproduces_a_run_whatever_the_vectorization():
 
 # --------------------------------------------------------------------------- failure
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["inline", "workers"])
 def test_an_env_that_raises_reaches_the_caller(mode):
     cfg = ppo(EXPLODING, dict(actors_per_device=2, host_vectorization=mode),
               total_timesteps=4 * 16 * 50)
@@ -298,24 +315,94 @@ def test_an_env_that_raises_reaches_the_caller(mode):
     with pytest.raises(RuntimeError, match="env exploded at step 25"):
         runners.run(cfg, jax.random.key(0), devices=jax.local_devices()[:2])
     assert no_threads_left(threads_before)
-    assert multiprocessing.active_children() == []  # the 'async' env workers are gone
+    assert multiprocessing.active_children() == []  # the env workers are gone
 
 
 @pytest.mark.timeout(120)
 def test_a_hung_env_is_an_error_naming_it_and_no_worker_remains():
     timeout = 1.0
-    cfg = ppo(HANGING, dict(actors_per_device=2, host_vectorization="async",
-                            host_step_timeout=timeout), total_timesteps=4 * 16 * 50)
+    # Each stream: 2 envs in 2 groups of 1, one worker; env 0 (group 0) hangs first.
+    cfg = ppo(HANGING, dict(actors_per_device=2, host_step_timeout=timeout),
+              total_timesteps=4 * 16 * 50)
     threads_before = set(threading.enumerate())
     with pytest.raises(jra.envs.HostEnvTimeout, match=(
             rf"gymnasium:{HANGING}: a step took longer than host_step_timeout=1 s; env\(s\) "
-            r"\[0, 1\] of 2 did not answer \(worker pids \[\d+, \d+\], terminated\)")) as hung:
+            r"\[0\] of 2 did not answer \(worker pids \[\d+\], terminated\)")) as hung:
         runners.run(cfg, jax.random.key(0), devices=jax.local_devices()[:2])
     assert no_threads_left(threads_before)
     assert multiprocessing.active_children() == []
     for pid in map(int, re.findall(r"\d+", str(hung.value).split("worker pids")[1])):
         with pytest.raises(ProcessLookupError):  # terminated and reaped
             os.kill(pid, 0)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("threads", [0, 1])
+def test_worker_envs_step_as_the_same_envs_inline(threads):
+    # 6 envs in 2 groups over 2 workers (threads=0: a thread per env; 1: one after another),
+    # every step against the same envs stepped in this thread: next obs, final obs (the
+    # episodes end at t=3, 7, 10), rewards and end flags.
+    spec = env_spec(f"gymnasium:{COUNTER}")
+    workers = WorkerVecEnv(spec, 6, groups=2, workers=2, threads=threads, step_timeout=30)
+    inline = InlineVecEnv(spec, 6, groups=2)
+    try:
+        np.testing.assert_array_equal(workers.reset(range(6)), inline.reset(range(6)))
+        ended = 0
+        for t in range(12):
+            action = np.arange(6) % 2
+            got, want = workers.step(action), inline.step(action)
+            for name, a, b in zip(got._fields, got, want):
+                assert a.dtype == b.dtype, name
+                np.testing.assert_array_equal(a, b, err_msg=f"{name} at t={t}")
+            ended += int(got.terminated.sum() + got.truncated.sum())
+        assert ended == 3 * 6
+    finally:
+        workers.close()
+        inline.close()
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_that_dies_is_named_and_no_process_remains():
+    # env 2 (group 1, worker 0 with env 0) kills its process at its 5th step
+    spec = env_spec(f"gymnasium:{DYING}")
+    env = WorkerVecEnv(spec, 4, groups=2, workers=2, step_timeout=30)
+    env.reset(range(4))
+    with pytest.raises(jra.envs.HostEnvError, match=(
+            rf"gymnasium:{DYING}: the worker process stepping env\(s\) \[0, 2\] \(pid \d+\) "
+            r"died during a step \(exit code -9\)")):
+        for _ in range(10):
+            env.step(np.zeros(4, int))
+    assert multiprocessing.active_children() == []  # the other worker was terminated
+    env.close()
+
+
+ORPHAN_SCRIPT = """
+import os, sys
+from jaxrl_async.envs import make_host_env
+if __name__ == "__main__":
+    env = make_host_env("gymnasium:CartPole-v1", 4, groups=2, workers=2)
+    env.reset(range(4))
+    print(*env.pids, flush=True)
+    os._exit(0)  # no clean-up: the workers must notice on their own
+"""
+
+
+@pytest.mark.timeout(120)
+def test_workers_leave_when_their_parent_dies(tmp_path):
+    script = tmp_path / "orphans.py"
+    script.write_text(ORPHAN_SCRIPT)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=100, cwd=os.path.dirname(os.path.dirname(__file__)))
+    pids = [int(p) for p in out.stdout.split()]
+    assert len(pids) == 2, out.stderr
+    deadline = time.monotonic() + 20
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if os.path.exists(f"/proc/{p}")
+                 and "Z" not in open(f"/proc/{p}/stat").read().split()[2]]
+        time.sleep(0.1)
+    assert alive == []
 
 
 # --------------------------------------------------------------------------- config
@@ -341,8 +428,15 @@ def test_a_missing_package_is_named():
                            normalize_obs=True),
      r"PPOConfig.normalize_obs is not supported for the host env"),
     (lambda: jra.AsyncConfig(host_vectorization="threads"),
-     r"AsyncConfig.host_vectorization must be one of"),
-], ids=["unknown-id", "default-runner", "sync-runner", "normalize-obs", "vectorization"])
+     r"AsyncConfig.host_vectorization must be one of \['workers', 'inline'\], got 'threads'"),
+    (lambda: jra.AsyncConfig(host_vectorization="async"),
+     r"AsyncConfig.host_vectorization must be one of \['workers', 'inline'\] \('sync' and "
+     r"'async'.* were retired.*got 'async'"),
+    (lambda: jra.PPOConfig(env="gymnasium:CartPole-v1", num_envs=6,
+                           runner=jra.AsyncConfig(host_groups=4)),
+     r"PPOConfig.runner host_groups=4 must divide each actor stream's 6 host envs"),
+], ids=["unknown-id", "default-runner", "sync-runner", "normalize-obs", "vectorization",
+        "retired-vectorization", "groups"])
 def test_bad_host_env_configs_name_the_field(make, message):
     with pytest.raises(ValueError, match=message):
         make()
@@ -363,11 +457,12 @@ def test_host_env_spec_and_the_jax_only_paths():
 def test_ppo_learns_gymnasium_cartpole_through_host_actors():
     # Budget: 5e5 env steps of gymnasium's CartPole-v1 with PureJaxRL's PPO settings but 8 envs
     # x 64 steps (the same 512-step updates; lr 2.5e-4 annealed, 4 epochs x 4 minibatches), one
-    # actor thread, lag 1: about 40 s alone on 2 cores, final return 500 on seeds 0 and 1. The
-    # host loop steps the envs one time step at a time, so 4 x 128 took twice as long (89 s in
-    # make test); 16 x 32 ended at 433 and 441.
+    # actor stream, lag 1: final return 500 on seeds 0 and 1. The envs step in the default
+    # worker processes (2 groups of 4), one thread each: CartPole's step is CPU-bound, and the
+    # threads change nothing in the run, only its CPU cost (a thread per env costs about 3x the
+    # worker CPU per step). 16 x 32 ended at 433 and 441 (with the earlier host path).
     cfg = jra.PPOConfig(env="gymnasium:CartPole-v1", total_timesteps=500_000, num_envs=8,
-                        num_steps=64, runner=jra.AsyncConfig(lag=1))
+                        num_steps=64, runner=jra.AsyncConfig(lag=1, host_threads=1))
     out = jra.train(cfg, seed=0, progress=False)
     returns = out.metrics["episode_return"]
     assert np.nanmean(returns[:3]) < 100

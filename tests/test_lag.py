@@ -128,3 +128,28 @@ def test_async_recurrent_ppo_remembers_under_lag_1():
     out = jra.train(cfg, seed=0, progress=False)
     assert np.all(out.metrics["staleness"][1:] == 1)
     assert final_return(out.metrics, last=5) >= 0.8, out.metrics["episode_return"][-5:]
+
+
+def test_lag_0_takes_the_stored_behaviour_value_and_lag_1_recomputes_it():
+    """Under the sync runner (lag 0) GAE's V(obs) is the value the actor stored (the learner's,
+    one critic pass saved); under lag its own pass over the rollout. V(next obs) is computed
+    either way. A stored value unlike the critic's shows which one was used. Seconds."""
+    spec = make_env(SMALL.env).spec
+    network = actor_critic_for(spec, SMALL.resolved_torso, SMALL.hidden_sizes, SMALL.activation)
+    params = network.init(jax.random.key(0), np.zeros(spec.obs_shape, np.float32))
+    t, b = 6, 3
+    obs = jax.random.normal(jax.random.key(1), (t, b, *spec.obs_shape))
+    next_obs = jax.random.normal(jax.random.key(2), (t, b, *spec.obs_shape))
+    zeros = np.zeros((t, b), np.float32)
+    stored = np.full((t, b), 100.0, np.float32)
+    traj = jra.algos.Trajectory(obs, zeros.astype(np.int32), zeros + 1.0, zeros.astype(bool),
+                                zeros.astype(bool), next_obs, {"value": stored}, zeros, zeros)
+    critic = np.asarray(network.apply(params, obs, method="value"), np.float64)
+    next_value = np.asarray(network.apply(params, next_obs, method="value"), np.float64)
+    for runner, value in ((jra.SyncConfig(), stored), (jra.AsyncConfig(lag=1), critic)):
+        cfg = dataclasses.replace(SMALL, runner=runner)
+        advantages, targets = ppo.advantages_and_targets(network, params, traj, cfg)
+        expected = gae_numpy(traj.reward, value, next_value, traj.terminated, traj.truncated,
+                             cfg.gamma, cfg.gae_lambda)
+        np.testing.assert_allclose(advantages, expected[0], rtol=1e-5, atol=1e-4,
+                                   err_msg=runner.name)

@@ -18,12 +18,15 @@ LAYERS = [
     ["jaxrl_async.rollout"],
     ["jaxrl_async.runners"],
     ["jaxrl_async.evaluate", "jaxrl_async.checkpoint", "jaxrl_async.sinks",
-     "jaxrl_async.config_files", "jaxrl_async.tracking"],
+     "jaxrl_async.config_files", "jaxrl_async.tracking", "jaxrl_async.compile_cache"],
     ["jaxrl_async.train"],
     ["jaxrl_async.sweep_result"],
     ["jaxrl_async.sweep"],
+    ["jaxrl_async.population", "jaxrl_async.exploit", "jaxrl_async.population_result"],
+    ["jaxrl_async.population_checkpoint"],
+    ["jaxrl_async.pbt"],
     ["jaxrl_async.cli", "jaxrl_async.cli_parsers", "jaxrl_async.cli_options",
-     "jaxrl_async.cli_sweep"],
+     "jaxrl_async.cli_sweep", "jaxrl_async.cli_population"],
 ]
 
 

@@ -13,9 +13,9 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 ALL = sorted(NOTEBOOKS.glob("*.ipynb"))
 
 
-def test_the_three_notebooks_are_committed_without_outputs():
+def test_the_four_notebooks_are_committed_without_outputs():
     assert [p.name for p in ALL] == ["01_quickstart.ipynb", "02_sweep.ipynb",
-                                     "03_async_pipeline.ipynb"]
+                                     "03_async_pipeline.ipynb", "04_population.ipynb"]
     for path in ALL:
         nb = nbformat.read(path, as_version=4)
         for cell in nb.cells:
@@ -28,6 +28,7 @@ def test_the_three_notebooks_are_committed_without_outputs():
     "01_quickstart.ipynb",
     "02_sweep.ipynb",
     "03_async_pipeline.ipynb",
+    "04_population.ipynb",
 ])
 def test_notebook_runs_top_to_bottom(name, tmp_path, monkeypatch, installed_package):
     python = installed_package[0]

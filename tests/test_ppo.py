@@ -43,11 +43,14 @@ def test_continuous_ppo_improves_on_pendulum():
     cfg = jra.PPOConfig(env="Pendulum-v1", total_timesteps=100_352, num_envs=16, num_steps=64,
                         lr=1e-3, update_epochs=10, num_minibatches=8, ent_coef=0.0,
                         activation="relu", clip_value=False, gamma=0.95, normalize_obs=True)
-    out = jax.jit(jax.vmap(jra.make_train(cfg)))(jax.random.split(jax.random.key(1), 2))
+    # Four seeds, three of which must balance: a seed's fate hangs on float rounding (the same
+    # seed ended at -173 on one CPU and -473 on another, CI 2026-12-04), one seed in about 20
+    # stalls near -450, and a PPO that does not learn Pendulum stays near -1200 on every seed.
+    out = jax.jit(jax.vmap(jra.make_train(cfg)))(jax.random.split(jax.random.key(1), 4))
     returns = np.asarray(out.metrics["episode_return"])
     first, last = np.nanmean(returns[:, :8]), window_returns(out.metrics, 10)
     assert first < -1000, first
-    assert np.all(last >= -400), last
+    assert np.sum(last >= -400) >= 3 and np.all(last >= -800), last
 
 
 SMALL = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,

@@ -128,11 +128,24 @@ def advantages_and_targets(network, params, traj: Trajectory,
     behaviour critic for both learns as well (docs/results.md); the learner's is chosen as it
     asks nothing more of the actor (which would have to evaluate V(final obs) at truncations)
     and stays one critic whatever the lag or the push schedule.
+
+    Under the sync runner (lag 0: the rollout acted with ``params``) the behaviour value is the
+    learner's V(obs), so it is taken as it is, not computed again (one critic pass over the
+    rollout saved; equal up to how a batched matmul rounds, ``docs/algorithms.md``).
     """
-    value = network.apply(params, traj.obs, method="value")  # [T, B] learner's params
+    if acts_with_learner_params(cfg):
+        value = traj.extras["value"]  # [T, B] the acting params are the learner's
+    else:
+        value = network.apply(params, traj.obs, method="value")  # [T, B] learner's params
     next_value = network.apply(params, traj.next_obs, method="value")  # [T, B] learner's params
     return gae(traj.reward, value, next_value, traj.terminated, traj.truncated,
                cfg.gamma, cfg.gae_lambda)
+
+
+def acts_with_learner_params(cfg: PPOConfig) -> bool:
+    """Whether every rollout acts with the params the learner then updates (lag 0): the sync
+    runner, and so every sweep."""
+    return cfg.runner.name == "sync"
 
 
 def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:

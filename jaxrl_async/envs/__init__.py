@@ -14,18 +14,24 @@ from jaxrl_async.envs.core import (
     AutoReset,
     EnvSpec,
     GymnaxVecEnv,
+    PresetResets,
     VecEnv,
     discrete_spec,
     spec_from_gymnax,
 )
 from jaxrl_async.envs.host import (
+    HostEnvError,
     HostEnvTimeout,
+    HostStep,
     HostVecEnv,
+    InlineVecEnv,
     check_host_env_id,
     host_env_spec,
     is_host_env,
-    make_host_env,
+    split_host_id,
 )
+from jaxrl_async.envs.host_envpool import EnvPoolVecEnv
+from jaxrl_async.envs.host_workers import WorkerVecEnv
 from jaxrl_async.envs.registry import register_env, registered_ids
 from jaxrl_async.envs.wrappers import (
     ClipAction,
@@ -44,6 +50,7 @@ __all__ = [
     "AutoReset",
     "EnvSpec",
     "VecEnv",
+    "PresetResets",
     "discrete_spec",
     "make_env",
     "register_env",
@@ -51,7 +58,12 @@ __all__ = [
     "env_spec",
     "known_env_ids",
     "HostVecEnv",
+    "HostStep",
+    "HostEnvError",
     "HostEnvTimeout",
+    "InlineVecEnv",
+    "WorkerVecEnv",
+    "EnvPoolVecEnv",
     "is_host_env",
     "make_host_env",
     "ClipAction",
@@ -65,6 +77,31 @@ __all__ = [
     "obs_sums",
     "set_moments",
 ]
+
+
+HOST_VECTORIZATIONS = ("workers", "inline")
+"""How gymnasium host envs step: in worker processes (``WorkerVecEnv``) or in the calling
+thread (``InlineVecEnv``)."""
+
+
+def make_host_env(env_id: str, num_envs: int, *, groups: int = 1, vectorization: str = "workers",
+                  workers: int = 0, threads: int = 0, flatten_obs: bool = False,
+                  step_timeout: float = 0.0, **options: Any) -> HostVecEnv:
+    """``num_envs`` host envs of ``env_id`` (``gymnasium:<id>`` or ``envpool:<id>``) in
+    ``groups`` equal groups. Gymnasium envs: ``vectorization`` 'workers' (``workers``
+    processes, 0: the cores; ``threads`` per worker, 0: one per env; ``step_timeout`` seconds,
+    0: none) or 'inline'. EnvPool envs: a pool per group with ``threads`` C++ threads (0:
+    EnvPool's default); ``options`` go to ``envpool.make``."""
+    spec = host_env_spec(env_id, flatten_obs=flatten_obs)
+    backend, _ = split_host_id(env_id)
+    if backend == "envpool":
+        return EnvPoolVecEnv(spec, num_envs, groups, threads, **options)
+    if vectorization not in HOST_VECTORIZATIONS:
+        raise ValueError(f"vectorization must be one of {HOST_VECTORIZATIONS}, got "
+                         f"{vectorization!r}")
+    if vectorization == "inline":
+        return InlineVecEnv(spec, num_envs, groups)
+    return WorkerVecEnv(spec, num_envs, groups, workers, threads, step_timeout)
 
 
 def known_env_ids() -> list[str]:

@@ -1,18 +1,25 @@
-"""Host environments: CPU envs stepped by Python on the host (gymnasium vector envs, EnvPool),
-for the async runner's host actors (``runners/host_actors.py``).
+"""Host environments: CPU envs stepped on the host (gymnasium envs in worker processes,
+EnvPool's C++ pools), for the async runner's host actors (``runners/host_actors.py``).
 
-An env id with a prefix selects them: ``gymnasium:<id>`` (any registered gymnasium id, stepped
-by ``gymnasium.make_vec``) or ``envpool:<id>`` (needs the optional package ``envpool``).
+An env id with a prefix selects them: ``gymnasium:<id>`` (any registered gymnasium id) or
+``envpool:<id>`` (needs the optional package ``envpool``).
 
-A ``HostVecEnv`` steps B envs with numpy arrays and resets each env in the step its episode
-ends (gymnasium's ``AutoresetMode.SAME_STEP``), so every step returns, like the JAX envs of
-``envs/core.py``, the next observation (the first of a new episode where one ended) and the
+This module is the contract every host vector env keeps, and the one that steps its envs in
+the calling thread (``InlineVecEnv``). ``host_workers.WorkerVecEnv`` steps gymnasium envs in
+worker processes, ``host_envpool.EnvPoolVecEnv`` in EnvPool's thread pool;
+``jaxrl_async.envs.make_host_env`` picks.
+
+A ``HostVecEnv`` holds B envs in G equal groups of contiguous env indices, stepped EnvPool-style:
+``send(g, actions)`` starts a step of group g and returns at once, ``recv(g)`` waits for it, so
+the policy can act on one group while the others step. Each env is reset in the step its
+episode ends (gymnasium's ``AutoresetMode.SAME_STEP``): every step returns, like the JAX envs
+of ``envs/core.py``, the next observation (the first of a new episode where one ended) and the
 true final observation (``final_obs``; the next observation where no episode ended), which a
 truncated episode is bootstrapped from. Observations are cast to 32-bit dtypes (``float64 ->
 float32``) so trajectories pack exactly (see ``runners/placement.Packing``).
 
-Host env states live in Python objects: they are not part of ``RunState`` and cannot be
-checkpointed or restored (``RunState.env`` holds the reset seeds instead).
+Host env states live in Python objects (or other processes): they are not part of
+``RunState`` and cannot be checkpointed or restored (``RunState.env`` holds the reset seeds).
 """
 
 from __future__ import annotations
@@ -126,9 +133,9 @@ def host_env_spec(env_id: str, *, flatten_obs: bool = False) -> EnvSpec:
         env.close()
 
 
-# --------------------------------------------------------------------------- vector envs
+# --------------------------------------------------------------------------- the contract
 class HostStep(NamedTuple):
-    """What ``HostVecEnv.step`` returns, every array with the leading env axis B."""
+    """What ``recv`` returns for a group (``step``: for all envs), the leading env axis B."""
 
     obs: np.ndarray  # [B, *obs_shape] next obs; the first of a new episode where one ended
     reward: np.ndarray  # [B] float32
@@ -137,18 +144,49 @@ class HostStep(NamedTuple):
     final_obs: np.ndarray  # [B, *obs_shape] the true next obs (the episode's last where it ended)
 
 
-class HostVecEnv:
-    """B host envs with same-step autoreset (see the module docstring)."""
+class HostEnvError(RuntimeError):
+    """A host env raised, or the process stepping it died: the message names the env id, the
+    envs and the worker."""
 
-    def __init__(self, spec: EnvSpec, num_envs: int):
-        self.spec, self.num_envs = spec, num_envs
+
+class HostEnvTimeout(HostEnvError, TimeoutError):
+    """A host env did not answer a step or reset within ``host_step_timeout`` seconds."""
+
+
+class HostVecEnv:
+    """B host envs in ``groups`` equal groups (see the module docstring). Subclasses implement
+    ``reset``, ``send``, ``recv`` and ``close``. The arrays ``recv`` returns may be views of
+    buffers the env reuses: valid until the group's next ``send``."""
+
+    def __init__(self, spec: EnvSpec, num_envs: int, groups: int = 1):
+        if groups < 1 or num_envs % groups:
+            raise ValueError(f"{spec.env_id}: {num_envs} envs cannot be split into {groups} "
+                             "equal groups")
+        self.spec, self.num_envs, self.groups = spec, num_envs, groups
+        self.group_size = num_envs // groups
+
+    def group(self, g: int) -> slice:
+        """The env indices of group ``g``."""
+        return slice(g * self.group_size, (g + 1) * self.group_size)
 
     def reset(self, seeds: Sequence[int]) -> np.ndarray:
         """Reset env i with ``seeds[i]``; the first observations ``[B, *obs_shape]``."""
         raise NotImplementedError
 
-    def step(self, action: np.ndarray) -> HostStep:
+    def send(self, g: int, action: np.ndarray) -> None:
+        """Start a step of group ``g``'s envs with ``action [group_size, ...]``."""
         raise NotImplementedError
+
+    def recv(self, g: int) -> HostStep:
+        """Wait for the step of group ``g`` sent last; its ``[group_size, ...]`` arrays."""
+        raise NotImplementedError
+
+    def step(self, action: np.ndarray) -> HostStep:
+        """Step every env (all groups in flight at once); copies, not views."""
+        for g in range(self.groups):
+            self.send(g, action[self.group(g)])
+        parts = [copied(self.recv(g)) for g in range(self.groups)]
+        return HostStep(*(np.concatenate(xs) for xs in zip(*parts)))
 
     def close(self, failed: bool = False) -> None:
         """Release the envs (``failed``: after an error, terminate workers instead of waiting)."""
@@ -158,142 +196,71 @@ class HostVecEnv:
         return obs.reshape(obs.shape[0], *self.spec.obs_shape)
 
     def _action(self, action: np.ndarray) -> np.ndarray:
-        """Continuous actions clipped to the action space (the policy keeps its sample)."""
-        action = np.asarray(action)
-        if self.spec.discrete:
-            return action.astype(np.int64)
-        low = np.asarray(self.spec.action_low, np.float32).reshape(self.spec.action_shape)
-        high = np.asarray(self.spec.action_high, np.float32).reshape(self.spec.action_shape)
-        return np.clip(action, low, high)
+        return env_action(self.spec, action)
 
 
-class HostEnvTimeout(TimeoutError):
-    """A host env's subprocess did not answer a step or reset within ``step_timeout``."""
+def copied(step: HostStep) -> HostStep:
+    """A copy of ``step`` that no env buffer backs."""
+    return HostStep(*(np.array(x, copy=True) for x in step))
 
 
-class GymnasiumVecEnv(HostVecEnv):
-    """``gymnasium.make_vec(id, B, vectorization_mode, autoreset_mode=SAME_STEP)``: 'sync' steps
-    the envs one after another in the calling thread, 'async' in one subprocess each
-    (started with 'spawn': forking a process that runs JAX threads can deadlock).
+def env_action(spec: EnvSpec, action: np.ndarray) -> np.ndarray:
+    """Actions as the env takes them: discrete as int64, continuous clipped to the action
+    space (the policy keeps its sample)."""
+    action = np.asarray(action)
+    if spec.discrete:
+        return action.astype(np.int64)
+    low = np.asarray(spec.action_low, np.float32).reshape(spec.action_shape)
+    high = np.asarray(spec.action_high, np.float32).reshape(spec.action_shape)
+    return np.clip(action, low, high)
 
-    'async': a step or reset that takes longer than ``step_timeout`` seconds (0: no limit)
-    raises ``HostEnvTimeout`` naming the env id and the envs that did not answer;
-    ``close(failed=True)`` then terminates the worker processes."""
 
-    def __init__(self, spec: EnvSpec, num_envs: int, vectorization: str = "sync",
-                 step_timeout: float = 0.0):
-        import gymnasium
-        from gymnasium.vector import AutoresetMode
+def step_same_step(env: Any, action: Any) -> tuple[Any, float, bool, bool, Any]:
+    """One gymnasium env's step with same-step autoreset: ``(obs, reward, terminated,
+    truncated, final_obs)``, ``obs`` the first of the next episode where this one ended (reset
+    without a seed, as gymnasium's vector envs do)."""
+    obs, reward, terminated, truncated, _ = env.step(action)
+    final = obs
+    if terminated or truncated:
+        obs, _ = env.reset()
+    return obs, float(reward), bool(terminated), bool(truncated), final
 
-        super().__init__(spec, num_envs)
-        self.timeout = step_timeout if vectorization == "async" and step_timeout > 0 else None
-        kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP}
-        if vectorization == "async":
-            kwargs["context"] = "spawn"
+
+def make_gymnasium_env(name: Any) -> Any:
+    """``gymnasium.make(name)``; ``name`` an id or a gymnasium ``EnvSpec`` (what worker
+    processes get: the spec's entry point needs no registration there)."""
+    import gymnasium
+
+    return gymnasium.make(name)
+
+
+class InlineVecEnv(HostVecEnv):
+    """Gymnasium envs stepped one after another in the calling thread, at ``send`` (for tests
+    and envs so fast that a worker's round trip would cost more than the step)."""
+
+    def __init__(self, spec: EnvSpec, num_envs: int, groups: int = 1):
+        super().__init__(spec, num_envs, groups)
         _, name = split_host_id(spec.env_id)
-        self.env = gymnasium.make_vec(name, num_envs, vectorization_mode=vectorization,
-                                      vector_kwargs=kwargs)
-        mode = self.env.metadata.get("autoreset_mode")
-        if mode != AutoresetMode.SAME_STEP:  # final observations would be lost
-            self.env.close()
-            raise ValueError(f"{spec.env_id}: the vector env autoresets in mode {mode}, "
-                             "host actors need AutoresetMode.SAME_STEP")
-
-    def _wait(self, what: str, wait: Any) -> Any:
-        """``wait(timeout)`` of the async vector env; ``HostEnvTimeout`` naming the envs whose
-        worker did not answer in time."""
-        import multiprocessing
-
-        try:
-            return wait(self.timeout)
-        except multiprocessing.TimeoutError:
-            silent = [i for i, pipe in enumerate(self.env.parent_pipes)
-                      if pipe is None or pipe.closed or not pipe.poll(0)]
-            pids = [self.env.processes[i].pid for i in silent]
-            raise HostEnvTimeout(
-                f"{self.spec.env_id}: {what} took longer than host_step_timeout="
-                f"{self.timeout:g} s; env(s) {silent} of {self.num_envs} did not answer (worker "
-                f"pids {pids}, terminated)") from None
+        self.envs = [make_gymnasium_env(name) for _ in range(num_envs)]
+        self._out: dict[int, HostStep] = {}
 
     def reset(self, seeds: Sequence[int]) -> np.ndarray:
-        seed = [int(s) for s in seeds]
-        if self.timeout is None:
-            obs, _ = self.env.reset(seed=seed)
-        else:
-            self.env.reset_async(seed=seed)
-            obs, _ = self._wait("a reset", self.env.reset_wait)
-        return self._obs(obs)
+        self._out.clear()
+        return self._obs([env.reset(seed=int(s))[0] for env, s in zip(self.envs, seeds)])
 
-    def step(self, action: np.ndarray) -> HostStep:
-        if self.timeout is None:
-            out = self.env.step(self._action(action))
-        else:
-            self.env.step_async(self._action(action))
-            out = self._wait("a step", self.env.step_wait)
-        obs, reward, terminated, truncated, info = out
-        obs = self._obs(obs)
-        final = obs.copy()
-        ended = np.flatnonzero(info.get("_final_obs", ()))
-        if ended.size:
-            final[ended] = self._obs(np.stack([info["final_obs"][i] for i in ended]))
-        return HostStep(obs, np.asarray(reward, np.float32), np.asarray(terminated, bool),
-                        np.asarray(truncated, bool), final)
-
-    def close(self, failed: bool = False) -> None:
-        self.env.close(**({"terminate": True} if failed and hasattr(self.env, "processes")
-                          else {}))
-
-
-class EnvPoolVecEnv(HostVecEnv):
-    """EnvPool envs, one single-env pool each, stepped one after another and reset in the step
-    their episode ends. EnvPool's own autoreset happens on the next step and does not keep the
-    final observation apart from the next episode's first, which truncation needs; one pool
-    per env keeps that exact at the cost of EnvPool's batched stepping. EnvPool steps without
-    the GIL, so actor threads step their pools in parallel.
-
-    Atari (``envpool:Pong-v5``, ...): EnvPool's defaults, so ``terminated`` is the true end of
-    the game (``episodic_life=False``: a lost life is not an episode's end), truncation at
-    ``max_episode_steps`` (27000 agent steps), frames ``uint8 [4, 84, 84]`` (kept as bytes
-    up to the network). ``options`` go to ``envpool.make`` (e.g. ``max_episode_steps``)."""
-
-    def __init__(self, spec: EnvSpec, num_envs: int, **options: Any):
-        super().__init__(spec, num_envs)
-        self.envpool, self.name = _package("envpool"), split_host_id(spec.env_id)[1]
-        self.options = options
-        self.pools: list[Any] = []
-
-    def reset(self, seeds: Sequence[int]) -> np.ndarray:
-        self.close()  # EnvPool takes its seed when made, an int32 (the run's seeds are uint32)
-        self.pools = [self.envpool.make(self.name, env_type="gymnasium", num_envs=1,
-                                        seed=int(s) % 2**31, **self.options) for s in seeds]
-        return self._obs(np.concatenate([pool.reset()[0] for pool in self.pools]))
-
-    def step(self, action: np.ndarray) -> HostStep:
+    def send(self, g: int, action: np.ndarray) -> None:
         action = self._action(action)
-        obs, final, reward, terminated, truncated = [], [], [], [], []
-        for i, pool in enumerate(self.pools):
-            o, r, term, trunc, _ = pool.step(action[i:i + 1])
-            final.append(o)
-            obs.append(pool.reset()[0] if term[0] or trunc[0] else o)
-            reward.append(r), terminated.append(term), truncated.append(trunc)
-        return HostStep(self._obs(np.concatenate(obs)),
-                        np.concatenate(reward).astype(np.float32),
-                        np.concatenate(terminated).astype(bool),
-                        np.concatenate(truncated).astype(bool), self._obs(np.concatenate(final)))
+        envs = self.envs[self.group(g)]
+        obs, reward, terminated, truncated, final = zip(
+            *(step_same_step(env, a) for env, a in zip(envs, action)))
+        self._out[g] = HostStep(self._obs(obs), np.asarray(reward, np.float32),
+                                np.asarray(terminated, bool), np.asarray(truncated, bool),
+                                self._obs(final))
+
+    def recv(self, g: int) -> HostStep:
+        return self._out.pop(g)
 
     def close(self, failed: bool = False) -> None:
-        for pool in self.pools:
-            pool.close()
-        self.pools = []
-
-
-def make_host_env(env_id: str, num_envs: int, *, vectorization: str = "sync",
-                  flatten_obs: bool = False, step_timeout: float = 0.0) -> HostVecEnv:
-    """``num_envs`` host envs of ``env_id`` (``gymnasium:<id>`` or ``envpool:<id>``);
-    ``vectorization`` ('sync' or 'async') and ``step_timeout`` (seconds, 0: none; 'async'
-    only) apply to gymnasium envs."""
-    spec = host_env_spec(env_id, flatten_obs=flatten_obs)
-    backend, _ = split_host_id(env_id)
-    if backend == "gymnasium":
-        return GymnasiumVecEnv(spec, num_envs, vectorization, step_timeout)
-    return EnvPoolVecEnv(spec, num_envs)
+        for env in self.envs:
+            env.close()
+        self.envs = []

@@ -6,15 +6,15 @@ pipeline is meant for, and are what ``experiments/bench_host_envs.py`` measures 
   in another process, a robot or a remote service does while the actor waits for its answer.
   Threads overlap these waits.
 - ``mode="spin"``: the step busy-loops in Python, holding the GIL, as a CPU-bound simulator
-  written in Python does. Threads cannot overlap it; subprocesses
-  (``AsyncConfig(host_vectorization="async")``) can, up to the machine's free cores.
+  written in Python does. Threads cannot overlap it; worker processes
+  (``AsyncConfig(host_vectorization="workers", host_threads=1)``) can, up to the free cores.
 
 Apart from the time it takes, the env is gymnasium's CartPole-v1 (same dynamics, spaces,
 500-step limit), so its trajectories are those of gymnax's CartPole-v1 from the same starts
 (``tests/test_host_envs.py``).
 
     env_id = waiting_cartpole_id(5.0)          # "gymnasium:jaxrl/CartPole-sleep5ms-v1"
-    cfg = jra.PPOConfig(env=env_id, runner=jra.AsyncConfig(actors_per_device=4))
+    cfg = jra.PPOConfig(env=env_id, runner=jra.AsyncConfig())
 """
 
 from __future__ import annotations

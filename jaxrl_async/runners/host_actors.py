@@ -1,30 +1,31 @@
-"""Host actors for the async runner (Podracer's "Sebulba" proper): CPU envs stepped by Python
-threads, the policy jitted on the actor devices, the learner unchanged.
+"""Host actors for the async runner (Podracer's "Sebulba" proper), the entry point: CPU envs
+stepped on the host, the policy jitted on the actor devices, the learner unchanged.
 
 Selected by a host env id (``env="gymnasium:CartPole-v1"``, ``"envpool:Pong-v5"``, see
 ``envs/host.py``) with ``runner=AsyncConfig(...)``; ``runners.run`` hands such configs here.
+A host env's data goes one way, one module per role:
 
-- **Streams.** As for JAX envs, each actor device runs ``actors_per_device`` streams; a stream
-  is one thread owning one host vector env of ``num_envs / num_streams`` envs (global env ids
-  ``s * per_stream ...``). While a thread steps its envs in Python, the other streams' policy
-  calls and the learner's update run in XLA (which releases the GIL), so env stepping, inference
-  and learning overlap.
-- **Acting.** One jitted program per actor device, called once per env step: ``algo.act``
-  vmapped over the stream's envs with the keys the JAX rollout draws at step ``t`` of update
-  ``u`` (``env_keys(fold_in(rollout_key(u), t), env_id)``, split, the first half), so a host
-  env and a JAX env with the same observations act alike. The packed params are unpacked once
-  per rollout by a second small program.
-- **Trajectories.** Built on the host as numpy ``[T, B, ...]`` arrays in the format of
-  ``rollout.rollout`` (``next_obs`` = the final observation where an episode ended, from the
-  vector env's same-step autoreset), episode statistics summed on the host into
-  ``EpisodeSums``, then split per learner device and packed exactly as ``Packing.pack`` does,
-  with numpy, and copied host -> learner devices. The learner program is the one the JAX-env
-  actors feed (``programs.compile_with_learner``), and so are the schedule (tickets,
-  lock-step or free-running, ``max_staleness``), the params hand-over and the failure handling.
+1. **env workers** (``envs/host_workers.py``: gymnasium envs in worker processes writing into
+   shared memory; ``envs/host_envpool.py``: EnvPool pools) step a group of envs;
+2. the **batcher** (``host_batcher.py``) acts on each group with one jitted policy call while
+   the other groups step;
+3. the **trajectory builder** (``host_trajectory.py``) records the steps into ``[T, B, ...]``
+   buffers in ``rollout.rollout``'s format and hands the packed rollout to the pipeline;
+4. the **pipeline** and **learner** (``pipeline.py``, ``actor_learner.py``) as for JAX envs:
+   the same learner program, schedule (tickets, lock-step or free-running), params hand-over
+   and failure handling.
+
+This module compiles the programs, makes each stream's envs and runs one thread per stream
+(``actors_per_device`` per actor device, each with ``num_envs / streams`` envs, global env ids
+``s * per_stream ...``).
+
+- **Acting.** The act keys are those the JAX rollout draws at step ``t`` of update ``u`` for
+  each env, so a host env and a JAX env with the same observations act alike; the packed params
+  are unpacked inside the policy program (one argument per call).
 - **Seeds.** Env ``i`` is reset once, with a 32-bit seed drawn from the run key and its global
   id; with deterministic envs and ``deterministic=True`` a seed reproduces a run exactly.
   ``RunState.env`` holds these seeds ``[num_envs] uint32``: host env states live in Python
-  objects and cannot be checkpointed, so a run cannot be resumed from a state.
+  objects (or worker processes) and cannot be checkpointed, so a run cannot be resumed.
 """
 
 from __future__ import annotations
@@ -41,26 +42,23 @@ from jax.sharding import SingleDeviceSharding
 
 from jaxrl_async.algos import Algorithm, Trajectory, make_algorithm
 from jaxrl_async.algos.base import has_memory
-from jaxrl_async.envs import EnvSpec
-from jaxrl_async.envs.host import HostVecEnv, host_env_spec, make_host_env
-from jaxrl_async.rollout import EpisodeSums, env_keys, step_index, step_keys
+from jaxrl_async.envs import EnvSpec, HostVecEnv, host_env_spec, make_host_env
+from jaxrl_async.envs.host_workers import default_workers
+from jaxrl_async.rollout import EpisodeSums, env_keys
 from jaxrl_async.runners.actor_learner import Setup, drive
-from jaxrl_async.runners.common import init_state, update_keys
-from jaxrl_async.runners.pipeline import Batch, Pipeline, RoleStats, schedule
+from jaxrl_async.runners.common import init_state
+from jaxrl_async.runners.host_batcher import Batcher, act_keys, groups, policy_step
+from jaxrl_async.runners.host_trajectory import hand_over
+from jaxrl_async.runners.pipeline import Pipeline, RoleStats, schedule
 from jaxrl_async.runners.placement import (
     Layout,
     Packing,
     Stream,
-    is_bytes,
     layout,
     learner_state_spec,
     place_tree,
     put_global,
     shapes_on,
-    split_for_learners,
-    to_learner,
-    wide_dtype,
-    words,
 )
 from jaxrl_async.runners.programs import Programs, acting_params, compile_with_learner
 from jaxrl_async.runners.state import Callbacks, RunState, TrainingInterrupted, TrainResult
@@ -91,23 +89,6 @@ def env_seeds(key: jax.Array, env_id: jax.Array) -> jax.Array:
     return jax.vmap(lambda k: jax.random.bits(k, (), jnp.uint32))(env_keys(key, env_id))
 
 
-def act_keys(run_key: jax.Array, update: jax.Array, num_steps: int,
-             env_id: jax.Array) -> jax.Array:
-    """``[T, B, 2] uint32``: the key data of the act keys ``rollout.rollout`` draws at every
-    step of rollout ``update`` for the envs ``env_id [B]``."""
-    rollout_key, _ = update_keys(run_key, update)
-    return jax.random.key_data(step_keys(rollout_key, num_steps, env_id)[:, :, 0])
-
-
-def policy_step(algo: Algorithm, params: Any, obs: jax.Array,
-                key_data: jax.Array) -> tuple[jax.Array, dict]:
-    """``algo.act`` of a feedforward policy (no memory) over the envs, ``obs [B, ...]``, with
-    the act keys ``key_data [B, 2]``."""
-    keys = jax.random.wrap_key_data(key_data)
-    one = lambda p, o, k: algo.act(p, o, k, (), False)[:2]
-    return jax.vmap(one, in_axes=(None, 0, 0))(params, obs, keys)
-
-
 def piece_shapes(cfg: Any, spec: EnvSpec, act_out: Any, width: int) -> tuple:
     """Shapes of one learner device's share (``width`` envs) of a stream's rollout:
     ``(Trajectory, EpisodeSums)``, as the JAX-env actors produce it. ``act_out``: the shapes of
@@ -133,6 +114,7 @@ def compile_host_programs(cfg: Any, algo: Algorithm, spec: EnvSpec, where: Layou
         raise ValueError(f"{type(cfg).__name__}.env: host envs support feedforward policies "
                          "only (this algorithm's policy is recurrent)")
     per_stream = where.per_stream
+    per_group = per_stream // groups(cfg.runner, per_stream)
 
     def init(key: jax.Array) -> RunState:  # RunState.env: the envs' reset seeds
         return init_state(None, algo, key, jnp.arange(cfg.num_envs, dtype=jnp.int32),
@@ -142,8 +124,8 @@ def compile_host_programs(cfg: Any, algo: Algorithm, spec: EnvSpec, where: Layou
     params_packing = Packing.of(acting_params(algo, run_state))  # no obs statistics
     # The packed params are unpacked inside the policy step: one argument to hand over per call
     # instead of one per leaf (the per-call overhead is what limits a host actor).
-    obs = jax.ShapeDtypeStruct((per_stream, *spec.obs_shape), spec.obs_dtype)
-    key_data = jax.ShapeDtypeStruct((per_stream, 2), jnp.uint32)
+    obs = jax.ShapeDtypeStruct((per_group, *spec.obs_shape), spec.obs_dtype)
+    key_data = jax.ShapeDtypeStruct((per_group, 2), jnp.uint32)
     packed = jax.ShapeDtypeStruct((params_packing.size,), jnp.uint32)
     acted = Packing.of(jax.eval_shape(lambda p, o, k: policy_step(algo, p, o, k),
                                       jax.eval_shape(params_packing.unpack, packed)[0], obs,
@@ -173,113 +155,34 @@ def compile_host_programs(cfg: Any, algo: Algorithm, spec: EnvSpec, where: Layou
 
 
 # --------------------------------------------------------------------------- host side
-def pack_numpy(packing: Packing, tree: Any) -> np.ndarray:
-    """``packing.pack(tree)`` with numpy on the host, bit for bit: one flat ``uint32`` vector."""
-    leaves, treedef = jax.tree.flatten(tree)
-    if treedef != packing.treedef:
-        raise ValueError(f"structure {treedef} does not match the packing's {packing.treedef}")
-    flat = []
-    for x, want in zip(leaves, packing.leaves):
-        x = np.asarray(x)
-        if x.shape != want.shape or x.dtype != want.dtype:
-            raise ValueError(f"leaf {x.dtype}{list(x.shape)} does not match the packing's "
-                             f"{want.dtype}{list(want.shape)}")
-        if is_bytes(x.dtype):  # four to a word, as Packing.pack
-            x = np.pad(x.ravel(), (0, -x.size % 4))
-            flat.append(np.ascontiguousarray(x).view(np.uint32))
-            continue
-        wide = np.dtype(wide_dtype(x.dtype))
-        flat.append(np.ascontiguousarray(x, dtype=wide).view(np.uint32).ravel())
-    return np.concatenate(flat)
+def make_batcher(cfg: Any, env: HostVecEnv, programs: HostPrograms, stream: Stream) -> Batcher:
+    """The batcher of ``stream``: its envs and its device's programs."""
+    d = stream.device_index
+    return Batcher(env, programs.keys[d], programs.policy[d], programs.acted, stream,
+                   cfg.num_steps)
 
 
-def unpack_numpy(packing: Packing, flat: np.ndarray) -> Any:
-    """``packing.unpack(flat)`` with numpy on the host."""
-    flat = np.asarray(flat, np.uint32)
-    if flat.shape != (packing.size,):
-        raise ValueError(f"expected a packed vector of {packing.size}, got shape {flat.shape}")
-    leaves, offset = [], 0
-    for want in packing.leaves:
-        n, w = int(np.prod(want.shape)), words(want)
-        if is_bytes(want.dtype):
-            leaves.append(flat[offset:offset + w].view(want.dtype)[:n].reshape(want.shape))
-        else:
-            wide = flat[offset:offset + n].view(np.dtype(wide_dtype(want.dtype)))
-            leaves.append(wide.reshape(want.shape).astype(want.dtype))
-        offset += w
-    return jax.tree.unflatten(packing.treedef, leaves)
+def make_envs(cfg: Any, where: Layout) -> HostVecEnv:
+    """One stream's host envs, split as the config says."""
+    runner, per_stream = cfg.runner, where.per_stream
+    workers = runner.host_workers or max(1, default_workers() // len(where.streams))
+    return make_host_env(cfg.env, per_stream, groups=groups(runner, per_stream),
+                         vectorization=runner.host_vectorization, workers=workers,
+                         threads=runner.host_threads, flatten_obs=cfg.flatten_obs,
+                         step_timeout=runner.host_step_timeout)
 
 
-class EpisodeTracker:
-    """Running return and length of each host env's current episode."""
-
-    def __init__(self, num_envs: int):
-        self.ret = np.zeros(num_envs, np.float32)  # [B]
-        self.length = np.zeros(num_envs, np.int32)  # [B]
-
-    def step(self, reward: np.ndarray, done: np.ndarray) -> tuple[float, int, int]:
-        """Add one step; (return sum, length sum, count) of the episodes that ended in it."""
-        self.ret += reward
-        self.length += 1
-        ended = (float(self.ret[done].sum()), int(self.length[done].sum()), int(done.sum()))
-        self.ret[done], self.length[done] = 0.0, 0
-        return ended
-
-
-class HostActor:
-    """One stream's envs, its programs and where its episodes stand."""
-
-    def __init__(self, env: HostVecEnv, programs: HostPrograms, stream: Stream, num_steps: int):
-        self.env, self.stream, self.num_steps = env, stream, num_steps
-        self.keys = programs.keys[stream.device_index]
-        self.policy = programs.policy[stream.device_index]
-        self.acted = programs.acted
-        self.env_id = np.asarray(stream.env_id)  # [B] global ids
-        self.episodes = EpisodeTracker(self.env_id.size)
-        self.obs: np.ndarray | None = None  # [B, *obs_shape] the envs' current observations
-
-    def reset(self, seeds: Sequence[int]) -> None:
-        """Reset the envs, env ``i`` with ``seeds[i]``."""
-        self.obs = self.env.reset([int(s) for s in seeds])
-
-    def rollout(self, params: jax.Array, run_key: jax.Array, update: int,
-                version: int) -> tuple[Trajectory, EpisodeSums]:
-        """Rollout ``update``: ``num_steps`` steps of every env, acting with the (packed) params
-        of ``version``; numpy arrays ``[T, B, ...]`` and the sums of the episodes that ended."""
-        key_data = np.asarray(self.keys(run_key, np.int32(update), self.stream.env_id))
-        steps, sums = [], np.zeros(3, np.float64)
-        for t in range(self.num_steps):
-            obs = self.obs
-            action, extras = unpack_numpy(self.acted,
-                                          np.asarray(self.policy(params, obs, key_data[t])))
-            out = self.env.step(action)
-            sums += self.episodes.step(out.reward, out.terminated | out.truncated)
-            steps.append((obs, action, out.reward, out.terminated, out.truncated, out.final_obs,
-                          extras))
-            self.obs = out.obs
-        obs, action, reward, terminated, truncated, next_obs, extras = jax.tree.map(
-            lambda *xs: np.stack(xs), *steps)
-        time_batch = reward.shape  # [T, B]
-        traj = Trajectory(obs, action, reward, terminated, truncated, next_obs, extras,
-                          env_id=np.broadcast_to(self.env_id.astype(np.int32), time_batch),
-                          policy_version=np.full(time_batch, version, np.int32),
-                          step=step_index(int(update) * self.num_steps, *time_batch))
-        return traj, EpisodeSums(*sums.astype(np.float32))
-
-
-def host_actor_loop(cfg: Any, actor: HostActor, seeds: np.ndarray, run_key: jax.Array,
-                    where: Layout, piece: Packing, pipeline: Pipeline, stats: RoleStats) -> None:
-    """One host actor stream: reset its envs, then rollouts as ``pipeline.schedule`` says."""
-    actor.reset(seeds)
-    for update, ticket, version, params in schedule(cfg, actor.stream, 0, pipeline):
+def host_actor_loop(cfg: Any, batcher: Batcher, run_key: jax.Array, where: Layout,
+                    piece: Packing, pipeline: Pipeline, stats: RoleStats) -> None:
+    """One host actor stream (its envs reset): rollouts as ``pipeline.schedule`` says."""
+    for update, ticket, version, params in schedule(cfg, batcher.stream, 0, pipeline):
         jax.block_until_ready(params)  # published as soon as dispatched: wait here, not in XLA
         start = time.perf_counter()
-        traj, sums = actor.rollout(params, run_key, update, version)
-        pieces = [pack_numpy(piece, p)
-                  for p in split_for_learners(traj, sums, len(where.learner_devices))]
+        traj, sums = batcher.rollout(params, run_key, update, version)
+        hand_over(traj, sums, piece, where, pipeline, ticket, version)
+        batcher.next_rollout()
         stats.busy_s += time.perf_counter() - start
         stats.rollouts += 1
-        pipeline.deliver(ticket, Batch(to_learner(pieces, where), version))
 
 
 # --------------------------------------------------------------------------- the entry point
@@ -321,21 +224,18 @@ def _run(cfg: Any, key: jax.Array, callbacks: Callbacks,
     envs: list[HostVecEnv] = []
     failed = True
     try:
-        for _ in where.streams:
-            envs.append(make_host_env(cfg.env, where.per_stream, flatten_obs=cfg.flatten_obs,
-                                      vectorization=cfg.runner.host_vectorization,
-                                      step_timeout=cfg.runner.host_step_timeout))
+        for _ in where.streams:  # the workers start while the next are made
+            envs.append(make_envs(cfg, where))
+        batchers = [make_batcher(cfg, env, programs, s) for s, env in zip(where.streams, envs)]
+        for s, batcher in zip(where.streams, batchers):  # starting envs is not training time
+            begin = where.env_offset + s.index * where.per_stream
+            batcher.reset(seeds[begin:begin + where.per_stream])
         compile_s = time.perf_counter() - start
 
         def actors(pipeline: Pipeline, stats: list[RoleStats]) -> list[tuple[Callable, tuple]]:
-            threads = []
-            for s, env in zip(where.streams, envs):
-                begin = where.env_offset + s.index * where.per_stream
-                threads.append((host_actor_loop, (
-                    cfg, HostActor(env, programs, s, cfg.num_steps),
-                    seeds[begin:begin + where.per_stream], run_keys[s.device_index], where,
-                    programs.piece, pipeline, stats[s.index])))
-            return threads
+            return [(host_actor_loop, (cfg, batchers[s.index], run_keys[s.device_index], where,
+                                       programs.piece, pipeline, stats[s.index]))
+                    for s in where.streams]
 
         result = drive(cfg, setup, callbacks, compile_s, actors,
                               lambda pipeline, done: seeds)

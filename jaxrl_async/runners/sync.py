@@ -10,7 +10,7 @@ are global, so D devices compute what one device computes, to float tolerance.
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -22,6 +22,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxrl_async.config import hyper_fields
 from jaxrl_async.envs import obs_sums
 from jaxrl_async.runners import divergence
 from jaxrl_async.runners.common import (
@@ -135,13 +136,15 @@ def run(
     check_devices("num_devices", cfg.runner.num_devices, cfg, local=False)
     start = time.perf_counter()
     prog, init_fn, chunk_fn, chunk = _host_programs(cfg)
+    hyper = hyperparameters(cfg)
     if state is None:
-        state = init_fn.lower(key).compile(compiler_options(cfg, runs_once=True))(key)
+        init = init_fn.lower(hyper, key).compile(compiler_options(cfg, runs_once=True))
+        state = init(hyper, key)
     else:
         state = place(state, prog)
         if int(state.update) >= cfg.num_updates:  # a finished run: nothing to compile
             return TrainResult(state, {}, None)
-    compiled = chunk_fn.lower(state, jnp.int32(chunk)).compile(compiler_options(cfg))
+    compiled = chunk_fn.lower(hyper, state, jnp.int32(chunk)).compile(compiler_options(cfg))
     jax.block_until_ready(state)
     compile_s = time.perf_counter() - start
 
@@ -153,7 +156,7 @@ def run(
     with StopOnInterrupt() as stop:
         for begin in range(first, cfg.num_updates, chunk):
             n = min(chunk, cfg.num_updates - begin)
-            state, buffers, flag = compiled(state, jnp.int32(n))  # runs while we log
+            state, buffers, flag = compiled(hyper, state, jnp.int32(n))  # runs while we log
             if pending is not None:
                 _deliver(pending, callbacks, rows, cfg, state)
             pending, end = (begin, n, buffers, flag), begin + n
@@ -175,38 +178,61 @@ def run(
     return result
 
 
-@functools.cache
+def hyperparameters(cfg: Any) -> Any:
+    """``cfg`` as the argument of the host loop's programs: its ``hyper`` leaves (lr, gamma,
+    ent_coef ...) as float32 and int32 scalars, as a sweep traces them. They are arguments, not
+    constants, so a config differing only in them runs the same compiled programs."""
+    floats = {f.name for f in dataclasses.fields(cfg) if f.type in ("float", float)}
+    leaves = [np.asarray(getattr(cfg, name), np.float32 if name in floats else np.int32)
+              for name in hyper_fields(cfg)]
+    return jax.tree.unflatten(jax.tree.structure(cfg), leaves)
+
+
+def run_chunk(cfg: Any, chunk: int, state: RunState, n: jax.Array
+              ) -> tuple[RunState, dict, tuple[jax.Array, jax.Array]]:
+    """Up to ``n`` (<= ``chunk``) updates of ``cfg`` (hyperparameters may be traced) from
+    ``state``: (state, metric buffers ``[chunk]``, (updates run, first non-finite watched
+    index or -1)); stops after an update whose numbers are not finite."""
+    prog = program(cfg)
+    shapes = jax.eval_shape(lambda s: prog.step(cfg, s, s.update + 1), state)[1]
+    buffers = jax.tree.map(lambda s: jnp.zeros((chunk, *s.shape), s.dtype), shapes)
+
+    def more(carry):
+        i, _, _, bad = carry
+        return (i < n) & (bad < 0)
+
+    def body(carry):
+        i, state, buffers, _ = carry
+        state, metrics = prog.step(cfg, state, state.update + 1)
+        bad = divergence.first_nonfinite(state.learner, metrics)
+        return i + 1, state, jax.tree.map(lambda b, m: b.at[i].set(m), buffers, metrics), bad
+
+    i, state, buffers, bad = lax.while_loop(
+        more, body, (jnp.int32(0), state, buffers, jnp.int32(-1)))
+    return state, buffers, (i, bad)
+
+
+_PROGRAMS: dict[Any, tuple[Program, Callable, Callable, int]] = {}
+
+
 def _host_programs(cfg: Any) -> tuple[Program, Callable, Callable, int]:
-    """The host loop's jitted init and chunk functions for ``cfg`` (cached: running the same
-    config again, or resuming it, reuses the compiled programs)."""
+    """The host loop's jitted ``init(hyper, key)`` and ``chunk(hyper, state, n)`` for ``cfg``
+    (``hyper``: ``hyperparameters(cfg)``). Kept per static config (the config's pytree
+    structure): running the same config again, resuming it, or a config that differs only in
+    hyperparameters reuses the compiled programs."""
+    structure = jax.tree.structure(cfg)
+    if structure in _PROGRAMS:
+        return _PROGRAMS[structure]
     prog = program(cfg)
     chunk = min(cfg.log_every, cfg.num_updates)
-
-    def run_chunk(state: RunState, n: jax.Array) -> tuple[RunState, dict]:
-        shapes = jax.eval_shape(lambda s: prog.step(cfg, s, s.update + 1), state)[1]
-        buffers = jax.tree.map(lambda s: jnp.zeros((chunk, *s.shape), s.dtype), shapes)
-
-        def more(carry):  # stops after an update whose numbers are not finite
-            i, _, _, bad = carry
-            return (i < n) & (bad < 0)
-
-        def body(carry):
-            i, state, buffers, _ = carry
-            state, metrics = prog.step(cfg, state, state.update + 1)
-            bad = divergence.first_nonfinite(state.learner, metrics)
-            return i + 1, state, jax.tree.map(lambda b, m: b.at[i].set(m), buffers, metrics), bad
-
-        i, state, buffers, bad = lax.while_loop(
-            more, body, (jnp.int32(0), state, buffers, jnp.int32(-1)))
-        return state, buffers, (i, bad)
-
     spec = prog.state_spec
-    init_fn = jax.jit(spmd(prog.init, prog.num_devices, P(), spec))
-    chunk_fn = jax.jit(
-        spmd(run_chunk, prog.num_devices, (spec, P()), (spec, P(), P())),
-        donate_argnums=0,
-    )
-    return prog, init_fn, chunk_fn, chunk
+    init_fn = jax.jit(spmd(lambda hyper, key: program(hyper).init(key), prog.num_devices,
+                           (P(), P()), spec))
+    chunk_fn = jax.jit(spmd(lambda hyper, state, n: run_chunk(hyper, chunk, state, n),
+                            prog.num_devices, (P(), spec, P()), (spec, P(), P())),
+                       donate_argnums=1)
+    _PROGRAMS[structure] = prog, init_fn, chunk_fn, chunk
+    return _PROGRAMS[structure]
 
 
 def place(state: RunState, prog: Program) -> RunState:

@@ -1,0 +1,90 @@
+"""Host actors' batcher: the policy acting on a stream's host envs, one group at a time.
+
+A stream's B envs are split into G equal groups (``groups``). In every step the batcher takes
+each group in turn: it waits for the group's last step (``env.recv``), records it
+(``host_trajectory.TrajectoryBuilder``), makes ONE jitted policy call for the whole group
+(fixed shapes, so it compiles once; the observations cross as one contiguous array, a slice of
+the trajectory's buffer) and starts the group's next step (``env.send``). While the policy acts
+on one group, the others step in their workers or pools (double buffering with G = 2).
+
+The act keys are those of ``rollout.rollout``, per env and step (``act_keys``), so a rollout does
+not depend on G or on timing, and ``deterministic=True`` reproduces a run bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxrl_async.algos import Algorithm, Trajectory
+from jaxrl_async.envs import HostVecEnv
+from jaxrl_async.rollout import EpisodeSums, step_keys
+from jaxrl_async.runners.common import update_keys
+from jaxrl_async.runners.host_trajectory import TrajectoryBuilder, unpack_numpy
+from jaxrl_async.runners.placement import Packing, Stream
+
+
+def groups(runner: Any, per_stream: int) -> int:
+    """The groups a stream's envs split into: ``runner.host_groups``, or (0) 2 where the
+    stream's envs are even, else 1."""
+    return runner.host_groups or (2 if per_stream % 2 == 0 else 1)
+
+
+def act_keys(run_key: jax.Array, update: jax.Array, num_steps: int,
+             env_id: jax.Array) -> jax.Array:
+    """``[T, B, 2] uint32``: the key data of the act keys ``rollout.rollout`` draws at every
+    step of rollout ``update`` for the envs ``env_id [B]``."""
+    rollout_key, _ = update_keys(run_key, update)
+    return jax.random.key_data(step_keys(rollout_key, num_steps, env_id)[:, :, 0])
+
+
+def policy_step(algo: Algorithm, params: Any, obs: jax.Array,
+                key_data: jax.Array) -> tuple[jax.Array, dict]:
+    """``algo.act`` of a feedforward policy (no memory) over the envs, ``obs [B, ...]``, with
+    the act keys ``key_data [B, 2]``."""
+    keys = jax.random.wrap_key_data(key_data)
+    one = lambda p, o, k: algo.act(p, o, k, (), False)[:2]
+    return jax.vmap(one, in_axes=(None, 0, 0))(params, obs, keys)
+
+
+class Batcher:
+    """One stream's envs acted on by its device's policy (see the module docstring).
+    ``keys(run_key, update, env_id) -> [T, B, 2]`` and ``policy(params, obs, key_data) ->
+    packed (action, extras)`` are the stream's compiled programs, the policy for one group."""
+
+    def __init__(self, env: HostVecEnv, keys: Callable, policy: Callable, acted: Packing,
+                 stream: Stream, num_steps: int):
+        self.env, self.stream, self.num_steps = env, stream, num_steps
+        self.keys, self.policy, self.acted = keys, policy, acted
+        self.builder = TrajectoryBuilder(env.spec.obs_shape, env.spec.obs_dtype, acted,
+                                         np.asarray(stream.env_id), num_steps)
+
+    def reset(self, seeds: Sequence[int]) -> None:
+        """Reset the envs, env ``i`` with ``seeds[i]``."""
+        self.builder.start(self.env.reset([int(s) for s in seeds]))
+
+    def rollout(self, params: jax.Array, run_key: jax.Array, update: int,
+                version: int) -> tuple[Trajectory, EpisodeSums]:
+        """Rollout ``update``: ``num_steps`` steps of every env, acting with the (packed) params
+        of ``version``; numpy arrays ``[T, B, ...]`` (valid until ``next_rollout``) and the
+        sums of the episodes that ended."""
+        env, builder, T = self.env, self.builder, self.num_steps
+        key_data = np.asarray(self.keys(run_key, np.int32(update), self.stream.env_id))
+        parts = [env.group(g) for g in range(env.groups)]
+        for t in range(T):
+            for g, part in enumerate(parts):
+                if t:
+                    builder.record(t - 1, part, env.recv(g))
+                acted = np.asarray(self.policy(params, builder.obs[t, part], key_data[t, part]))
+                action, extras = unpack_numpy(self.acted, acted)
+                builder.act(t, part, (action, extras))
+                env.send(g, action)
+        for g, part in enumerate(parts):
+            builder.record(T - 1, part, env.recv(g))
+        return builder.finish(update, version)
+
+    def next_rollout(self) -> None:
+        self.builder.next_rollout()

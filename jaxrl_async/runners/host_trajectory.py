@@ -1,0 +1,137 @@
+"""Host actors' trajectory builder: the steps a batcher (``host_batcher.py``) records, written
+in place into ``[T, B, ...]`` numpy buffers, finished as a ``Trajectory`` in the JAX rollout's
+format (``rollout.rollout``) and handed to the pipeline as one packed vector per learner device.
+
+The buffers are allocated once per stream and reused by every rollout: a finished trajectory
+is packed (``pack_numpy``, a copy) before the next rollout writes over it. ``obs`` has one row
+more than the trajectory, ``obs[T]``: the observations the next rollout starts from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import chex
+import jax
+import numpy as np
+
+from jaxrl_async.algos import Trajectory
+from jaxrl_async.envs import HostStep
+from jaxrl_async.rollout import EpisodeSums, step_index
+from jaxrl_async.runners.pipeline import Batch, Pipeline
+from jaxrl_async.runners.placement import (
+    Layout,
+    Packing,
+    is_bytes,
+    split_for_learners,
+    to_learner,
+    wide_dtype,
+    words,
+)
+
+
+def pack_numpy(packing: Packing, tree: Any) -> np.ndarray:
+    """``packing.pack(tree)`` with numpy on the host, bit for bit: one flat ``uint32`` vector."""
+    leaves, treedef = jax.tree.flatten(tree)
+    if treedef != packing.treedef:
+        raise ValueError(f"structure {treedef} does not match the packing's {packing.treedef}")
+    flat = []
+    for x, want in zip(leaves, packing.leaves):
+        x = np.asarray(x)
+        if x.shape != want.shape or x.dtype != want.dtype:
+            raise ValueError(f"leaf {x.dtype}{list(x.shape)} does not match the packing's "
+                             f"{want.dtype}{list(want.shape)}")
+        if is_bytes(x.dtype):  # four to a word, as Packing.pack
+            x = np.pad(x.ravel(), (0, -x.size % 4))
+            flat.append(np.ascontiguousarray(x).view(np.uint32))
+            continue
+        wide = np.dtype(wide_dtype(x.dtype))
+        flat.append(np.ascontiguousarray(x, dtype=wide).view(np.uint32).ravel())
+    return np.concatenate(flat)
+
+
+def unpack_numpy(packing: Packing, flat: np.ndarray) -> Any:
+    """``packing.unpack(flat)`` with numpy on the host."""
+    flat = np.asarray(flat, np.uint32)
+    if flat.shape != (packing.size,):
+        raise ValueError(f"expected a packed vector of {packing.size}, got shape {flat.shape}")
+    leaves, offset = [], 0
+    for want in packing.leaves:
+        n, w = int(np.prod(want.shape)), words(want)
+        if is_bytes(want.dtype):
+            leaves.append(flat[offset:offset + w].view(want.dtype)[:n].reshape(want.shape))
+        else:
+            wide = flat[offset:offset + n].view(np.dtype(wide_dtype(want.dtype)))
+            leaves.append(wide.reshape(want.shape).astype(want.dtype))
+        offset += w
+    return jax.tree.unflatten(packing.treedef, leaves)
+
+
+class TrajectoryBuilder:
+    """One stream's rollout buffers (see the module docstring): ``T`` steps of its ``B`` envs
+    ``env_id``; ``acted``: the packing of the policy's ``(action, extras)`` for one group."""
+
+    def __init__(self, obs_shape: tuple, obs_dtype: Any, acted: Packing, env_id: np.ndarray,
+                 num_steps: int):
+        self.num_steps, self.env_id = num_steps, np.asarray(env_id, np.int32)
+        batch = (num_steps, self.env_id.size)
+        self.obs = np.zeros((num_steps + 1, batch[1], *obs_shape), obs_dtype)
+        self.next_obs = np.zeros((*batch, *obs_shape), obs_dtype)
+        self.reward = np.zeros(batch, np.float32)
+        self.terminated = np.zeros(batch, bool)
+        self.truncated = np.zeros(batch, bool)
+        self.acted = jax.tree.unflatten(
+            acted.treedef, [np.zeros((*batch, *x.shape[1:]), x.dtype) for x in acted.leaves])
+        self.ret = np.zeros(batch[1], np.float32)  # the running episodes' return and length
+        self.length = np.zeros(batch[1], np.int32)
+        self.sums = np.zeros(3, np.float64)  # return, length, count of the episodes that ended
+
+    def start(self, obs: np.ndarray) -> None:
+        """The envs' first observations (after a reset); forget the running episodes."""
+        chex.assert_shape(obs, self.obs.shape[1:])
+        self.obs[0] = obs
+        self.ret[:], self.length[:] = 0.0, 0
+
+    def act(self, t: int, part: slice, acted: Any) -> None:
+        """Step ``t``'s ``(action, extras)`` of the envs ``part``."""
+        for buf, x in zip(jax.tree.leaves(self.acted), jax.tree.leaves(acted)):
+            buf[t, part] = x
+
+    def record(self, t: int, part: slice, out: HostStep) -> None:
+        """What step ``t`` of the envs ``part`` returned; their next observations become
+        ``obs[t + 1]``."""
+        self.reward[t, part], self.next_obs[t, part] = out.reward, out.final_obs
+        self.terminated[t, part], self.truncated[t, part] = out.terminated, out.truncated
+        self.obs[t + 1, part] = out.obs
+        ret, length = self.ret[part], self.length[part]  # views
+        ret += out.reward
+        length += 1
+        done = out.terminated | out.truncated
+        if done.any():
+            self.sums += (float(ret[done].sum()), int(length[done].sum()), int(done.sum()))
+            ret[done], length[done] = 0.0, 0
+
+    def finish(self, update: int, version: int) -> tuple[Trajectory, EpisodeSums]:
+        """Rollout ``update`` (acted by params ``version``): numpy views of the buffers,
+        valid until ``next_rollout``."""
+        time_batch = self.reward.shape
+        action, extras = self.acted
+        traj = Trajectory(self.obs[:-1], action, self.reward, self.terminated, self.truncated,
+                          self.next_obs, extras,
+                          env_id=np.broadcast_to(self.env_id, time_batch),
+                          policy_version=np.full(time_batch, version, np.int32),
+                          step=step_index(int(update) * self.num_steps, *time_batch))
+        return traj, EpisodeSums(*self.sums.astype(np.float32))
+
+    def next_rollout(self) -> None:
+        """Start the next rollout where this one ended."""
+        self.obs[0] = self.obs[-1]
+        self.sums[:] = 0.0
+
+
+def hand_over(traj: Trajectory, sums: EpisodeSums, piece: Packing, where: Layout,
+              pipeline: Pipeline, ticket: int, version: int) -> None:
+    """Pack a stream's rollout, one piece per learner device, copy it there and deliver it."""
+    pieces = [pack_numpy(piece, p)
+              for p in split_for_learners(traj, sums, len(where.learner_devices))]
+    pipeline.deliver(ticket, Batch(to_learner(pieces, where), version))

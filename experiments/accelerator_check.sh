@@ -26,7 +26,7 @@
 #    bench). It prints which packages came from where (kept, wheels, index, this checkout).
 # 3. The steps: one `step NAME SECONDS [--gpus N] COMMAND...` line each in steps() below. A
 #    step's last stdout line (one JSON object) is its figure; it runs under `timeout` for at
-#    most SECONDS and at most what is left of the budget. JAXRL_ACCEL_BUDGET_S (default 420)
+#    most SECONDS and at most what is left of the budget. JAXRL_ACCEL_BUDGET_S (default 480)
 #    covers the whole script, install included: a step with no time left is skipped and says
 #    so. JAXRL_ACCEL_STEPS=a,b runs only those (names: --list). --gpus N: skipped with fewer.
 #    JAXRL_ACCEL_INSTALL=skip uses $PYTHON as it is (it must import jaxrl_async already).
@@ -41,13 +41,14 @@ VENV="${JAXRL_ACCEL_VENV:-/tmp/jaxrl_accel_venv}"
 WHEELS="${JAXRL_WHEELS:-$ROOT/wheels}"
 JAX_VERSION="${JAX_VERSION:-0.11.2}"
 JAX_CUDA="${JAX_CUDA:-cuda12}"
-BUDGET_S="${JAXRL_ACCEL_BUDGET_S:-420}"
+BUDGET_S="${JAXRL_ACCEL_BUDGET_S:-480}"
 ONLY="${JAXRL_ACCEL_STEPS:-}"
 PLATFORM="${JAXRL_ACCEL_PLATFORM:-gpu}"
 EXTRAS="${JAXRL_ACCEL_EXTRAS:-bench}"
 MODE=run
 [[ "${1:-}" == "--dry-run" ]] && MODE=dry-run
 [[ "${1:-}" == "--list" ]] && MODE=list
+LOG=""  # the steps' log folder, made before they run
 
 fail() { echo "accelerator_check: $1" >&2; exit "${2:-1}"; }
 say() { echo "accelerator_check: $*" >&2; }
@@ -61,11 +62,14 @@ say() { echo "accelerator_check: $*" >&2; }
 # $PY is the venv's python, $(size GPU CPU) a size that shrinks on the CPU. Add a line to add one.
 steps() {
     step versions 60 "$PY" experiments/accelerator_versions.py
+    step peers 210 "$PY" experiments/bench_peers.py --preset "$(size gpu cpu)" --repeats "$(size 3 1)"
+    step reproduce_breakout 90 sh -c '"$0" -m experiments.reproduce --suite minatar-breakout --budget "$1" --out "$2" | grep "^{" | tail -n 1' "$PY" "$(size 9994240 8192)" "$LOG/reproduce"
+    step host_envs 100 "$PY" experiments/bench_host_envs.py --cases "sleep:5:$(size 64 8)" "sleep:20:$(size 256 16)" "envpool:Pong-v5:$(size 64 8)" --budget-s "$(size 2 1)" --max-updates "$(size 30 4)" --one-line
+    step sweep 120 "$PY" experiments/bench_sweep.py --sweep-only --total-timesteps "$(size 1e5 2e4)"
     step sync 150 "$PY" experiments/bench_sync.py --preset cartpole-large --num-envs "$(size 2048 64)" --num-steps "$(size 128 32)" --total-timesteps "$(size 2e7 2e5)" --repeats "$(size 2 1)" --baseline
     step async_1gpu 120 env CUDA_VISIBLE_DEVICES="$FIRST_GPU" "$PY" experiments/bench_async.py --rounds "$(size 3 1)" --updates "$(size 50 5)"
     step async_2gpu 120 --gpus 2 "$PY" experiments/bench_async.py --rounds 3 --updates 50
-    step sweep 120 "$PY" experiments/bench_sweep.py --sweep-only --total-timesteps "$(size 1e5 2e4)"
-    step host_envs 100 "$PY" experiments/bench_host_envs.py --cases "sleep:5:$(size 64 8)" "sleep:20:$(size 256 16)" "envpool:Pong-v5:$(size 64 8)" --budget-s "$(size 2 1)" --max-updates "$(size 30 4)" --one-line
+    step pbt 300 "$PY" experiments/bench_pbt.py --population "$(size 64 4)" --seeds 1 --total-timesteps "$(size 100352 4096)" --ready-every "$(size 10 2)"
 }
 size() { if (( CPU )); then echo "$2"; else echo "$1"; fi; }
 

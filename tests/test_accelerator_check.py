@@ -133,7 +133,7 @@ def test_a_step_past_the_budget_is_skipped_and_says_so(tmp_path):
 
 
 @pytest.mark.parametrize("setting,value,allowed", [
-    ("JAXRL_ACCEL_STEPS", "versions,nope", "versions sync"),
+    ("JAXRL_ACCEL_STEPS", "versions,nope", "versions peers reproduce_breakout"),
     ("JAXRL_ACCEL_PLATFORM", "tpu", "gpu (default) and cpu"),
     ("JAXRL_ACCEL_BUDGET_S", "7m", "a whole number of seconds"),
 ])

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_async.algos.base import Algorithm, Trajectory, has_memory
-from jaxrl_async.envs import PresetResets, VecEnv
+from jaxrl_async.envs import VecEnv
 
 
 class EnvCarry(NamedTuple):
@@ -70,15 +70,13 @@ def rollout(
     recurrent = has_memory(algo)
     act_batch = jax.vmap(algo.act, in_axes=(None, 0, 0, 0, 0))
 
-    def step(carry: tuple[EnvCarry, EpisodeSums], xs: tuple[jax.Array, Any]):
+    def step(carry: tuple[EnvCarry, EpisodeSums], keys: jax.Array):
         (env_state, obs, first, memory), sums = carry
-        keys, resets = xs
         action, extras, next_memory = act_batch(params, obs, keys[:, 0], memory, first)
         if recurrent:
             extras = {**extras, "memory": memory, "first": first}
-        env_key = keys[:, 1] if resets is None else PresetResets(keys[:, 1], resets)
         next_obs, env_state, reward, terminated, truncated, info = env.step(
-            env_key, env_state, action
+            keys[:, 1], env_state, action
         )
         transition = (obs, action, reward, terminated, truncated, info["final_observation"], extras)
         done = info["episode_done"]
@@ -91,9 +89,8 @@ def rollout(
         return (next_carry, sums), transition
 
     zero = jnp.zeros((), jnp.float32)
-    keys = step_keys(key, num_steps, env_id)
     (carry, sums), steps = jax.lax.scan(step, (carry, EpisodeSums(zero, zero, zero)),
-                                        (keys, draw_resets(env, keys[:, :, 1])))
+                                        step_keys(key, num_steps, env_id))
     obs, action, reward, terminated, truncated, next_obs, extras = steps
     time_batch = reward.shape  # [T, B]
     traj = Trajectory(
@@ -103,20 +100,6 @@ def rollout(
         step=step_index(jnp.asarray(first_step, jnp.int32), *time_batch),
     )
     return carry, traj, sums
-
-
-RESETS_AHEAD_BYTES = 64 * 2**20  # the most memory a rollout's resets drawn ahead may take
-
-
-def draw_resets(env: VecEnv, keys: jax.Array) -> Any:
-    """The auto-resets of every step ``[T, B]`` of a rollout, drawn in one call before its scan
-    (``VecEnv.draw_resets``: the same draws, batched, not one small draw per step), or ``None``
-    where the env draws them itself or they would take more than ``RESETS_AHEAD_BYTES``."""
-    shapes = jax.eval_shape(jax.vmap(env.draw_resets), keys)
-    size = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes))
-    if shapes is None or size > RESETS_AHEAD_BYTES:
-        return None
-    return jax.vmap(env.draw_resets)(keys)
 
 
 def step_index(first_step: Any, num_steps: int, num_envs: int) -> Any:

@@ -67,35 +67,3 @@ def test_recurrent_memory_resets_at_episode_start():
             if t > 0:
                 assert memory[t, b] == count
             count = 1 if first[t, b] else count + 1
-
-
-def test_resets_drawn_ahead_are_the_resets_each_step_would_draw(monkeypatch):
-    """A gymnax env's auto-resets, drawn for the whole rollout before its scan, are the ones
-    its step draws from the same keys: the same episodes, actions and ends (exactly), the
-    same observations (to float rounding: the draw is fused differently)."""
-    from jaxrl_async import rollout as rollout_module
-
-    env = make_env("CartPole-v1")
-    assert env.draw_resets(jax.random.split(jax.random.key(0), 3)) is not None  # gymnax: drawn
-    ids = jnp.arange(4)
-    ahead = run(False, ids)
-    monkeypatch.setattr(rollout_module, "RESETS_AHEAD_BYTES", 0)  # step by step, as gymnax does
-    step_by_step = run(False, ids)
-    (_, traj_a, sums_a), (_, traj_s, sums_s) = ahead, step_by_step
-    assert int(np.asarray(traj_a.terminated).sum()) >= 10  # many resets in 300 steps
-    for name in ("action", "terminated", "truncated", "reward"):
-        np.testing.assert_array_equal(getattr(traj_a, name), getattr(traj_s, name), name)
-    np.testing.assert_allclose(traj_a.obs, traj_s.obs, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(np.asarray(sums_a.count), np.asarray(sums_s.count))
-
-
-def test_an_env_with_its_own_step_draws_its_resets_itself():
-    env = make_env("MemoryChain-bsuite")  # its gymnax class overrides step
-    from gymnax.environments.environment import Environment
-
-    inner = env
-    while hasattr(inner, "env") and not hasattr(inner, "params"):
-        inner = inner.env
-    expected = type(inner.env).step is Environment.step
-    drawn = env.draw_resets(jax.random.split(jax.random.key(0), 2))
-    assert (drawn is not None) is expected

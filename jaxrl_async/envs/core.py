@@ -15,12 +15,11 @@ be sliced per env and sharded over devices.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 
 @dataclass(frozen=True)
@@ -55,21 +54,6 @@ class VecEnv:
     def step(self, keys: jax.Array, state: Any, action: jax.Array):
         raise NotImplementedError
 
-    def draw_resets(self, keys: jax.Array) -> Any:
-        """The auto-reset ``(obs, state)`` that ``step(keys, ...)`` would draw for each env
-        ``[B]`` (whether it is used or not), for ``step`` to take as ``PresetResets``: a
-        rollout draws all of them at once, before its scan. ``None``: not supported (``step``
-        draws them itself)."""
-        return None
-
-
-class PresetResets(NamedTuple):
-    """Step keys ``[B]`` with the resets ``draw_resets(keys)`` drew for them ahead of the step:
-    ``step`` given these computes what it computes from ``keys`` alone, bit for bit."""
-
-    keys: jax.Array
-    resets: Any
-
 
 class GymnaxVecEnv(VecEnv):
     """``vmap`` of a gymnax 1.x environment over a batch of keys."""
@@ -80,21 +64,10 @@ class GymnaxVecEnv(VecEnv):
     def reset(self, keys: jax.Array) -> tuple[jax.Array, Any]:
         return jax.vmap(self.env.reset, in_axes=(0, None))(keys, self.params)
 
-    def draw_resets(self, keys: jax.Array) -> Any:
-        if type(self.env).step is not gymnax_step():  # an env with a step of its own
-            return None
-        reset_key = lambda key: jax.random.split(key)[1]  # as gymnax's step splits its key
-        return jax.vmap(lambda k: self.env.reset_env(reset_key(k), self.params))(keys)
-
-    def step(self, keys: jax.Array | PresetResets, state: Any, action: jax.Array):
-        if isinstance(keys, PresetResets):
-            step = lambda k, s, a, r: self._step_with_reset(k, s, a, r)
-            obs, state, reward, terminated, truncated, info = jax.vmap(step)(
-                keys.keys, state, action, keys.resets)
-        else:
-            obs, state, reward, terminated, truncated, info = jax.vmap(
-                self.env.step, in_axes=(0, 0, 0, None)
-            )(keys, state, action, self.params)
+    def step(self, keys: jax.Array, state: Any, action: jax.Array):
+        obs, state, reward, terminated, truncated, info = jax.vmap(
+            self.env.step, in_axes=(0, 0, 0, None)
+        )(keys, state, action, self.params)
         info = {"final_observation": info["final_observation"]}
         return (
             obs,
@@ -104,25 +77,6 @@ class GymnaxVecEnv(VecEnv):
             truncated.astype(bool),
             info,
         )
-
-    def _step_with_reset(self, key: jax.Array, state: Any, action: jax.Array, reset: Any):
-        """gymnax's ``Environment.step`` for one env, its reset drawn ahead (``reset``)."""
-        key_step, _ = jax.random.split(key)
-        obs_st, state_st, reward, terminated, info = self.env.step_env(
-            key_step, state, action, self.params)
-        truncated = self.env.is_truncated(state_st, self.params)
-        done = jnp.logical_or(terminated, truncated)
-        obs_re, state_re = reset
-        state = jax.tree.map(lambda x, y: lax.select(done, x, y), state_re, state_st)
-        obs = jax.tree.map(lambda x, y: lax.select(done, x, y), obs_re, obs_st)
-        return obs, state, reward, terminated, truncated, {"final_observation": obs_st}
-
-
-def gymnax_step() -> Any:
-    """gymnax's ``Environment.step`` (what ``GymnaxVecEnv._step_with_reset`` reproduces)."""
-    from gymnax.environments.environment import Environment
-
-    return Environment.step
 
 
 def spec_from_gymnax(env_id: str, env: Any, params: Any) -> EnvSpec:

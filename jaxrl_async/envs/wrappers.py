@@ -23,9 +23,6 @@ class Wrapper(VecEnv):
     def step(self, keys: jax.Array, state: Any, action: jax.Array):
         return self.env.step(keys, state, action)
 
-    def draw_resets(self, keys: jax.Array) -> Any:
-        return self.env.draw_resets(keys)  # every wrapper passes step's keys through as given
-
 
 class FlattenObservation(Wrapper):
     """Observations ``[B, *shape]`` become ``[B, prod(shape)]``."""

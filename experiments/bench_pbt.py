@@ -1,7 +1,7 @@
 """PBT and successive halving against the best point of a grid and a random search, at equal
 compute, with the cost of the exploit step.
 
-    python experiments/bench_pbt.py [--task pendulum|acrobot|pqn-cartpole] [--population 16]
+    python experiments/bench_pbt.py [--task pendulum|acrobot|pqn-cartpole|...] [--population 16]
                                     [--seeds 3] [--heldout-seeds 3]
 
 Each method trains ``population`` configs x ``seeds`` for the same number of updates, on one
@@ -10,7 +10,8 @@ device, in one compiled program per method (``jra.sweep``, ``jra.random_search``
 log field), the random search draws ``population`` points, PBT and halving start from that
 same draw (``seed`` 0). Scores are final training returns (``final_window``): for the grid and
 the random search the config with the best mean over seeds; for PBT and halving each
-population's best member (one population per seed), and the population mean beside it.
+population's best member (one population per seed), and the population mean beside it (for
+the grid and the random search, the mean of all their configs).
 Choosing on the scored seeds flatters the grid and the random search; ``--heldout-seeds n``
 also trains their best configs again on ``n`` new seeds (one more program) and reports that
 final return, and every method's chosen final params (each seed's) play greedy episodes on
@@ -60,6 +61,10 @@ TASKS = {
                                    hidden_sizes=(64, 64), update_epochs=4, num_minibatches=4,
                                    anneal_lr=False, total_timesteps=100_352),
                      {"lr": jra.LogUniform(3e-5, 3e-2), "eps_end": jra.Uniform(0.0, 0.4)}),
+    "pqn-acrobot": (jra.PQNConfig(env="Acrobot-v1", num_envs=16, num_steps=64,
+                                  hidden_sizes=(64, 64), update_epochs=4, num_minibatches=4,
+                                  anneal_lr=False, total_timesteps=100_352),
+                    {"lr": jra.LogUniform(3e-5, 3e-2), "eps_end": jra.Uniform(0.0, 0.4)}),
 }
 
 
@@ -160,7 +165,8 @@ def main() -> None:
         scores = window_returns(result.curves, window)  # [configs, seeds]
         with np.errstate(all="ignore"):
             c = int(np.nanargmax(np.nanmean(scores, 1)))
-        record(name, result, scores[c], [c] * len(seeds), time.perf_counter() - start)
+        record(name, result, scores[c], [c] * len(seeds), time.perf_counter() - start,
+               np.nanmean(scores, 0))  # every config's final return, as a population's mean
         rows[name]["configs"] = len(result.configs)
         rows[name]["best"] = {k: float(v) for k, v in result.points[c].items()}
 

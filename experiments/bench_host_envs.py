@@ -3,14 +3,16 @@ rate alone, the learner's rate alone, a fair blocking loop and the pipeline (``j
 ``AsyncConfig(lag=1)``), on 2 XLA host devices (1 actor, 1 learner). One JSON line per case.
 
     python experiments/bench_host_envs.py [--cases sleep:1:64 sleep:5:64 sleep:20:64 \\
-        sleep:20:256 spin:2:64 envpool:Pong-v5:64] [--budget-s 5] [--max-updates 200] [--one-line]
+        sleep:20:256 spin:2:64 envpool:Pong-v5:64] [--budget-s 5] [--max-updates 200] \\
+        [--groups 0] [--workers 0] [--one-line]
 
 A case is ``sleep:<ms>:<envs>`` (gymnasium CartPole whose step waits ``ms``, releasing the GIL,
 ``jaxrl_async/envs/latency.py``), ``spin:<ms>:<envs>`` (the step computes in Python for ``ms``,
 CPU-bound: host worker threads 1) or ``envpool:<id>:<envs>`` (EnvPool, needs the extra). Gymnasium
 cases train PPO (MLP, 1 epoch, 1 minibatch: the update is cheap, the envs are the slower side),
 EnvPool cases IMPALA with the Nature CNN (on a CPU the update is the slower side). Every case uses
-the default host path: workers sized to the cores, 2 groups, one policy call per group per step.
+the default host path (workers sized to the cores, groups by ``host_batcher.groups``' rule, one
+policy call per group per step) unless ``--groups``/``--workers`` set them.
 
 Figures per case (SPS: env steps per second):
 
@@ -72,7 +74,7 @@ def case_config(case: str, args: argparse.Namespace) -> tuple[Any, dict]:
         cfg = jra.ImpalaConfig(env=f"envpool:{value}", num_envs=num_envs,
                                num_steps=args.atari_steps, log_every=10,
                                total_timesteps=num_envs * args.atari_steps,
-                               runner=jra.AsyncConfig(lag=1))
+                               runner=jra.AsyncConfig(lag=1, host_groups=args.groups))
         return cfg, {"case": case, "env": cfg.env, "algo": "impala", "torso": "nature"}
     if kind not in ("sleep", "spin"):
         raise SystemExit(f"--cases: {case!r}: the kind must be sleep, spin or envpool")
@@ -82,7 +84,9 @@ def case_config(case: str, args: argparse.Namespace) -> tuple[Any, dict]:
     cfg = jra.PPOConfig(env=waiting_cartpole_id(latency, kind), num_envs=num_envs,
                         num_steps=args.num_steps, update_epochs=1, num_minibatches=1,
                         log_every=10, total_timesteps=num_envs * args.num_steps,
-                        runner=jra.AsyncConfig(lag=1, host_threads=1 if kind == "spin" else 0))
+                        runner=jra.AsyncConfig(lag=1, host_threads=1 if kind == "spin" else 0,
+                                               host_groups=args.groups,
+                                               host_workers=args.workers))
     return cfg, {"case": case, "env": cfg.env, "algo": "ppo", "latency_ms": latency}
 
 
@@ -274,6 +278,10 @@ def main() -> None:
                         help="at most this many updates per measurement")
     parser.add_argument("--num-steps", type=int, default=32, help="gymnasium cases' rollout")
     parser.add_argument("--atari-steps", type=int, default=16, help="EnvPool cases' rollout")
+    parser.add_argument("--groups", type=int, default=0,
+                        help="AsyncConfig.host_groups (0: the default rule)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="AsyncConfig.host_workers for gymnasium cases (0: the cores)")
     parser.add_argument("--one-line", action="store_true",
                         help="print one JSON line with every case, not one per case")
     args = parser.parse_args()

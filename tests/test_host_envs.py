@@ -120,7 +120,8 @@ def reuse_compiled():
     def key(cfg, algo, spec, where):
         fields = {k: v for k, v in to_dict(cfg).items() if k not in ("env", "runner")}
         return (json.dumps(fields, sort_keys=True), dataclasses.replace(spec, env_id=""),
-                cfg.runner.num_streams, host_batcher.groups(cfg.runner, where.per_stream),
+                cfg.runner.num_streams, host_batcher.groups(cfg.runner, where.per_stream,
+                                    host_actors.stream_workers(cfg.runner, where)),
                 tuple(where.actor_devices), tuple(where.learner_devices))
 
     yield from compile_once(host_actors, "compile_host_programs", key)
@@ -440,6 +441,17 @@ def test_a_missing_package_is_named():
 def test_bad_host_env_configs_name_the_field(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_default_groups_shorten_a_workers_share_of_a_group():
+    # 4 groups where each worker still steps 8 envs of each (64 envs over 2 workers: a group's
+    # GIL tail halves), 2 where fewer (many workers, or few envs), 1 for an odd count; a set
+    # host_groups wins.
+    rule = jra.AsyncConfig()
+    assert [host_batcher.groups(rule, envs, workers) for envs, workers in
+            [(64, 2), (256, 2), (256, 16), (64, 16), (32, 2), (8, 1), (6, 2), (5, 1)]] == [
+        4, 4, 2, 2, 2, 2, 2, 1]
+    assert host_batcher.groups(jra.AsyncConfig(host_groups=8), 64, 2) == 8
 
 
 def test_host_env_spec_and_the_jax_only_paths():

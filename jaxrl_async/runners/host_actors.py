@@ -114,7 +114,7 @@ def compile_host_programs(cfg: Any, algo: Algorithm, spec: EnvSpec, where: Layou
         raise ValueError(f"{type(cfg).__name__}.env: host envs support feedforward policies "
                          "only (this algorithm's policy is recurrent)")
     per_stream = where.per_stream
-    per_group = per_stream // groups(cfg.runner, per_stream)
+    per_group = per_stream // groups(cfg.runner, per_stream, stream_workers(cfg.runner, where))
 
     def init(key: jax.Array) -> RunState:  # RunState.env: the envs' reset seeds
         return init_state(None, algo, key, jnp.arange(cfg.num_envs, dtype=jnp.int32),
@@ -162,11 +162,17 @@ def make_batcher(cfg: Any, env: HostVecEnv, programs: HostPrograms, stream: Stre
                    cfg.num_steps)
 
 
+def stream_workers(runner: Any, where: Layout) -> int:
+    """Worker processes per stream: ``runner.host_workers``, or (0) the cores divided by the
+    streams, at least 1."""
+    return runner.host_workers or max(1, default_workers() // len(where.streams))
+
+
 def make_envs(cfg: Any, where: Layout) -> HostVecEnv:
     """One stream's host envs, split as the config says."""
     runner, per_stream = cfg.runner, where.per_stream
-    workers = runner.host_workers or max(1, default_workers() // len(where.streams))
-    return make_host_env(cfg.env, per_stream, groups=groups(runner, per_stream),
+    workers = stream_workers(runner, where)
+    return make_host_env(cfg.env, per_stream, groups=groups(runner, per_stream, workers),
                          vectorization=runner.host_vectorization, workers=workers,
                          threads=runner.host_threads, flatten_obs=cfg.flatten_obs,
                          step_timeout=runner.host_step_timeout)

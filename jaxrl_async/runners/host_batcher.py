@@ -26,11 +26,23 @@ from jaxrl_async.runners.common import update_keys
 from jaxrl_async.runners.host_trajectory import TrajectoryBuilder, unpack_numpy
 from jaxrl_async.runners.placement import Packing, Stream
 
+ENVS_PER_WORKER_GROUP = 8
+"""The default rule's threshold: 4 groups only where each worker still steps this many envs of
+each group."""
 
-def groups(runner: Any, per_stream: int) -> int:
-    """The groups a stream's envs split into: ``runner.host_groups``, or (0) 2 where the
-    stream's envs are even, else 1."""
-    return runner.host_groups or (2 if per_stream % 2 == 0 else 1)
+
+def groups(runner: Any, per_stream: int, workers: int) -> int:
+    """The groups a stream's envs split into: ``runner.host_groups``, or (0) 4 where they divide
+    the stream's envs and each of its ``workers`` still steps ``ENVS_PER_WORKER_GROUP`` envs of a
+    group, else 2 where the envs are even, else 1. A worker's threads of one group take the GIL
+    one after another when their waits end, so a group's step outlasts the envs' own latency by
+    about its envs per worker times a GIL hand-off (docs/results.md, "Host envs at their own
+    speed"): smaller groups shorten that tail, at one more policy call per step each."""
+    if runner.host_groups:
+        return runner.host_groups
+    if per_stream % 4 == 0 and per_stream // (4 * max(workers, 1)) >= ENVS_PER_WORKER_GROUP:
+        return 4
+    return 2 if per_stream % 2 == 0 else 1
 
 
 def act_keys(run_key: jax.Array, update: jax.Array, num_steps: int,

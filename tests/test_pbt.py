@@ -20,7 +20,7 @@ from jaxrl_async.sweep import _stack, count_compiles
 
 TINY = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=8, num_minibatches=1,
                      update_epochs=1, hidden_sizes=(16,), total_timesteps=4 * 8 * 8,
-                     log_every=4)  # 8 updates
+                     log_every=4, fast_compile=True)  # 8 updates; ~40% less compile
 pbt = importlib.import_module("jaxrl_async.pbt")  # jra.pbt is the function
 SPACE = {"lr": jra.LogUniform(1e-4, 1e-2), "ent_coef": [0.0, 0.01, 0.05], "gamma":
          jra.Uniform(0.9, 0.999)}
@@ -295,7 +295,7 @@ def test_command_line_with_tracking_and_resume(pbt_run, tmp_path, monkeypatch, c
 
     base = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--num-minibatches",
             "1", "--update-epochs", "1", "--hidden-sizes", "16", "--total-timesteps", "256",
-            "--log-every", "4", "--no-progress"]
+            "--log-every", "4", "--fast-compile", "--no-progress"]
     flags = [*base, "--space", "lr=log:1e-4:1e-2", "--space", "ent_coef=0,0.01,0.05",
              "--space", "gamma=uniform:0.9:0.999", "--population", "4", "--ready-every", "2",
              "--seeds", "2", "--sample-seed", "7"]

@@ -84,6 +84,8 @@ bench-sweep: $(STAMP)
 # Pendulum, 16 configs x 3 seeds each, one device; minutes on a CPU), curves into docs/img.
 bench-pbt: $(STAMP)
 	$(PY) experiments/bench_pbt.py --plot docs/img/pbt_pendulum.png
+	$(PY) experiments/bench_pbt.py --task pqn-cartpole --population 16 --seeds 5 --heldout-seeds 5 \
+		--total-timesteps 50176 --ready-every 5 --plot docs/img/pbt_pqn_cartpole.png
 
 # Ours, rejax's PPO and the PureJaxRL-style baseline side by side in one process: a single
 # CartPole run and a 16-config x 2-seed sweep vmapped on one device (needs the bench extra).

@@ -81,7 +81,8 @@ bench-sweep: $(STAMP)
 	$(PY) experiments/bench_sweep.py
 
 # PBT and successive halving against a grid and a random search at equal compute (PPO on
-# Pendulum, 16 configs x 3 seeds each, one device; minutes on a CPU), curves into docs/img.
+# Pendulum, 16 configs x 3 seeds; PQN on CartPole, 16 x 5 seeds and 5 held-out; one device;
+# minutes on a CPU), curves into docs/img.
 bench-pbt: $(STAMP)
 	$(PY) experiments/bench_pbt.py --plot docs/img/pbt_pendulum.png
 	$(PY) experiments/bench_pbt.py --task pqn-cartpole --population 16 --seeds 5 --heldout-seeds 5 \

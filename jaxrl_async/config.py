@@ -104,7 +104,8 @@ class AsyncConfig:
     envs always step in EnvPool's own threads."""
     host_workers: int = static(0, non_negative_int)
     """host_vectorization='workers': worker processes per actor stream (0: the cores divided
-    by the streams, at least 1); each steps an equal share of every group."""
+    by the streams, at least 1, and with host_threads=0 at least one per 64 envs); each steps an
+    equal share of every group."""
     host_threads: int = static(0, non_negative_int)
     """Threads per host worker process (0: one per env, so envs that wait overlap their
     waits; 1: a worker steps its envs one after another, for CPU-bound envs); for EnvPool envs,

@@ -162,10 +162,21 @@ def make_batcher(cfg: Any, env: HostVecEnv, programs: HostPrograms, stream: Stre
                    cfg.num_steps)
 
 
+THREADS_PER_WORKER = 64
+"""Most env threads a default worker holds (``host_threads=0``): all of a worker's threads take
+its GIL one after another when their waits end, so beyond this many the workers grow."""
+
+
 def stream_workers(runner: Any, where: Layout) -> int:
     """Worker processes per stream: ``runner.host_workers``, or (0) the cores divided by the
-    streams, at least 1."""
-    return runner.host_workers or max(1, default_workers() // len(where.streams))
+    streams (at least 1), more where one thread per env would put over ``THREADS_PER_WORKER``
+    threads in a worker."""
+    if runner.host_workers:
+        return runner.host_workers
+    cores = max(1, default_workers() // len(where.streams))
+    if runner.host_threads:
+        return cores
+    return max(cores, -(-where.per_stream // THREADS_PER_WORKER))
 
 
 def make_envs(cfg: Any, where: Layout) -> HostVecEnv:

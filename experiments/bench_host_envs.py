@@ -298,9 +298,10 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     if args.one_line:
         keys = ("env_limit_sps", "collect_sps", "sps", "of_limit", "collect_of_limit",
-                "learner_busy", "actor_busy", "speedup")
+                "learner_busy", "actor_busy", "speedup", "groups", "workers")
         print(json.dumps({
-            "cases": {r["case"]: {k: round(r[k], 3) for k in keys} if "sps" in r else r
+            "cases": {r["case"]: {k: round(r[k], 3) if isinstance(r[k], float) else r[k]
+                                  for k in keys} if "sps" in r else r
                       for r in rows},
             "cores": default_workers(), "jax": jax.__version__,
             "devices": [str(d) for d in jax.devices()][:2]}))

@@ -1,6 +1,12 @@
 """Ours against rejax's PPO and the PureJaxRL-style baseline, side by side in one process.
 
     python experiments/bench_peers.py [--workloads single sweep] [--repeats 3] [--preset gpu]
+    python experiments/bench_peers.py --first-compile 4
+
+``--first-compile N`` measures only the first compile of the ``single`` workload, fairly: in one
+process the side compiled first pays jax's first-use costs (lowering rules, caches) for the
+others, so each side is traced and compiled in a fresh process of its own, N rounds, the order
+of the sides rotated each round; it prints the medians (trace, compile) per side.
 
 Two workloads, PPO on CartPole-v1 at the ``cartpole-ref`` settings (4 envs x 128 steps, 4
 epochs of 4 minibatches, tanh 64x64 actor and critic, gamma 0.99, GAE 0.95, clip 0.2):
@@ -242,6 +248,54 @@ def workload(name: str, repeats: int, seeds: int, num_envs: int = NUM_ENVS,
     return result
 
 
+def single_side(name: str, num_envs: int = NUM_ENVS, num_updates: int = 976) -> tuple:
+    """The ``single`` workload's function and arguments for one side."""
+    key = jax.random.key(0)
+    one = (jnp.float32(2.5e-4), jnp.float32(0.01), key)
+    if name == "ours":
+        train = jra.make_train(ours_cfg(num_updates, anneal=True, num_envs=num_envs))
+        return (lambda k: train(k).metrics["episode_return"]), (key,)
+    if name == "rejax":
+        return rejax_train(num_updates, num_envs), one
+    return baseline_train(num_updates, True, None, num_envs), one
+
+
+def compile_one(name: str) -> dict:
+    """Trace and compile one side's ``single`` program (in this fresh process), timed apart."""
+    fn, args = single_side(name)
+    start = time.perf_counter()
+    lowered = jax.jit(fn).lower(*args)
+    traced = time.perf_counter()
+    lowered.compile()
+    return {"side": name, "trace_s": traced - start, "compile_s": time.perf_counter() - traced}
+
+
+def first_compile(rounds: int) -> dict:
+    """Each side's first compile in a fresh process, ``rounds`` times, the order rotated."""
+    import os
+    import subprocess
+
+    names = ["ours", "rejax", "baseline"]
+    times: dict[str, list[dict]] = {n: [] for n in names}
+    load = [os.getloadavg()[0]]
+    for r in range(rounds):
+        for name in names[r % 3:] + names[:r % 3]:
+            out = subprocess.run([sys.executable, __file__, "--compile-side", name],
+                                 capture_output=True, text=True, check=True)
+            times[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            log(f"{name}: {times[name][-1]}")
+    load.append(os.getloadavg()[0])
+    med = {n: {k: round(float(np.median([t[k] for t in ts])), 2)
+               for k in ("trace_s", "compile_s")} for n, ts in times.items()}
+    for n in names:
+        med[n]["total_s"] = round(med[n]["trace_s"] + med[n]["compile_s"], 2)
+        med[n]["total_s_all"] = [round(t["trace_s"] + t["compile_s"], 2) for t in times[n]]
+    return {"workload": "first_compile", "program": "single", "rounds": rounds, **med,
+            "ours_vs_baseline": round(med["ours"]["total_s"] / med["baseline"]["total_s"], 2),
+            "ours_vs_rejax": round(med["ours"]["total_s"] / med["rejax"]["total_s"], 2),
+            "load_avg": load, "jax": jax.__version__, "device": jax.devices()[0].device_kind}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="+", choices=sorted(UPDATES),
@@ -253,8 +307,19 @@ def main() -> None:
                         help="workload sizes: 'cpu' (default) or 'gpu' (1 run of 4 x 128 "
                              "and of 2048 x 128 envs x steps, sweeps of 16 configs x 32 and "
                              "x 128 seeds: the first GPU measurements, docs/results.md)")
+    parser.add_argument("--first-compile", type=int, default=0, metavar="ROUNDS",
+                        help="only the single workload's first compile, each side in a fresh "
+                             "process, ROUNDS rounds in rotated order")
+    parser.add_argument("--compile-side", choices=["ours", "rejax", "baseline"],
+                        help=argparse.SUPPRESS)  # one fresh process of --first-compile
     args = parser.parse_args()
     jax.jit(lambda x: x + 1)(1.0).block_until_ready()  # start the backend before timing
+    if args.compile_side:
+        print(json.dumps(compile_one(args.compile_side)), flush=True)
+        return
+    if args.first_compile:
+        print(json.dumps(first_compile(args.first_compile)), flush=True)
+        return
     for name, envs, updates, seeds in PRESETS[args.preset]:
         if name in args.workloads:
             print(json.dumps(workload(name, args.repeats, args.seeds or seeds, envs, updates)),

@@ -244,12 +244,13 @@ def _final_evaluation(cfg: Any, result: Any, s: dict, episodes: int, seed: int, 
 
 
 def cmd_sweep(argv: list[str]) -> int:
+    from jaxrl_async.sweep import random_search, sweep, use_cpu_cores
+
+    use_cpu_cores()  # first: reading a --config file imports gymnax, which starts JAX's backend
     args = _parse(sweep_parser(_algo_of(argv)), argv)
     options.use_compile_cache(args)
     from jaxrl_async import cli_sweep
-    from jaxrl_async.sweep import random_search, sweep, use_cpu_cores
 
-    use_cpu_cores()
     try:
         cfg = config_from_args(args, options.sweep_base(args))
         spec = cli_sweep.spaces(cfg, args)

@@ -553,3 +553,38 @@ def test_one_seed_rule_for_train_and_sweep(tmp_path, capsys):
         with pytest.raises(ValueError, match=f"run.yaml: seed {rule}"):
             config_files.load_config_file(tmp_path / "run.yaml")
     assert not (tmp_path / "r").exists()
+
+
+def test_a_sweep_rerun_from_its_config_file_uses_the_same_devices(tmp_path):
+    """``sweep --config`` reads the file before anything else, and reading it imported gymnax,
+    which starts JAX's backend: the rerun then found one CPU device where the first run had one
+    per core, and its numbers differed. Both ways now spread the runs over the same devices."""
+    import os
+    import subprocess
+
+    sweep_file = tmp_path / "config.json"
+    sweep_file.write_text(json.dumps({
+        "base": {"_type": "PPOConfig", "env": "CartPole-v1", "num_envs": 2, "num_steps": 2,
+                 "total_timesteps": 8, "num_minibatches": 1, "update_epochs": 1},
+        "grid": {"lr": [3e-4, 1e-3]}, "seeds": 1}))
+    probe = ("import importlib, sys, jax\n"
+             "s = importlib.import_module('jaxrl_async.sweep')\n"
+             "def run_points(*a, **k):\n"
+             "    print('DEVICES', jax.local_device_count()); sys.exit(0)\n"
+             "s.run_points = run_points\n"
+             "from jaxrl_async.cli import main\n"
+             "main(sys.argv[1:])\n")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["JAX_PLATFORMS"] = "cpu"
+
+    def devices(*argv):
+        out = subprocess.run([sys.executable, "-c", probe, "sweep", *argv, "--no-progress"],
+                             capture_output=True, text=True, env=env, timeout=120,
+                             cwd=tmp_path)
+        found = re.search(r"DEVICES (\d+)", out.stdout)
+        assert found, out.stdout + out.stderr
+        return int(found.group(1))
+
+    by_flags = devices("--algo", "ppo", "--num-envs", "2", "--grid", "lr=3e-4,1e-3")
+    assert by_flags == (os.cpu_count() or 1)
+    assert devices("--config", str(sweep_file)) == by_flags

@@ -121,8 +121,7 @@ def reuse_compiled():
     def key(cfg, algo, spec, where):
         fields = {k: v for k, v in to_dict(cfg).items() if k not in ("env", "runner")}
         return (json.dumps(fields, sort_keys=True), dataclasses.replace(spec, env_id=""),
-                cfg.runner.num_streams, host_batcher.groups(cfg.runner, where.per_stream,
-                                    host_actors.stream_workers(cfg.runner, where)),
+                cfg.runner.num_streams, host_actors.stream_groups(cfg, where),
                 tuple(where.actor_devices), tuple(where.learner_devices))
 
     yield from compile_once(host_actors, "compile_host_programs", key)
@@ -452,6 +451,7 @@ def test_default_groups_shorten_a_workers_share_of_a_group():
     assert [host_batcher.groups(rule, envs, workers) for envs, workers in
             [(64, 2), (256, 2), (256, 16), (64, 16), (32, 2), (8, 1), (6, 2), (5, 1)]] == [
         4, 4, 2, 2, 2, 2, 2, 1]
+    assert host_batcher.groups(rule, 64, 0) == 2  # no worker processes: EnvPool, inline
     assert host_batcher.groups(jra.AsyncConfig(host_groups=8), 64, 2) == 8
     # Workers: the cores, or more where a worker would hold over 64 env threads (not for
     # host_threads=1, CPU-bound envs, where more processes than cores only add switches).

@@ -11,8 +11,9 @@ A case is ``sleep:<ms>:<envs>`` (gymnasium CartPole whose step waits ``ms``, rel
 CPU-bound: host worker threads 1) or ``envpool:<id>:<envs>`` (EnvPool, needs the extra). Gymnasium
 cases train PPO (MLP, 1 epoch, 1 minibatch: the update is cheap, the envs are the slower side),
 EnvPool cases IMPALA with the Nature CNN (on a CPU the update is the slower side). Every case uses
-the default host path (workers sized to the cores, groups by ``host_batcher.groups``' rule, one
-policy call per group per step) unless ``--groups``/``--workers`` set them.
+the default host path (workers by ``host_actors.stream_workers``' rule: the cores, at least one
+per 64 env threads; groups by ``host_batcher.groups``'; one policy call per group per step)
+unless ``--groups``/``--workers`` set them.
 
 Figures per case (SPS: env steps per second):
 
@@ -297,9 +298,10 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     if args.one_line:
         keys = ("env_limit_sps", "collect_sps", "sps", "of_limit", "collect_of_limit",
-                "learner_busy", "actor_busy", "speedup")
+                "learner_busy", "actor_busy", "speedup", "groups", "workers")
         print(json.dumps({
-            "cases": {r["case"]: {k: round(r[k], 3) for k in keys} if "sps" in r else r
+            "cases": {r["case"]: {k: round(r[k], 3) if isinstance(r[k], float) else r[k]
+                                  for k in keys} if "sps" in r else r
                       for r in rows},
             "cores": default_workers(), "jax": jax.__version__,
             "devices": [str(d) for d in jax.devices()][:2]}))

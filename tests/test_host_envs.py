@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import gymnasium
 import jax
@@ -27,7 +28,7 @@ from jaxrl_async.algos import make_algorithm
 from jaxrl_async.config import to_dict
 from jaxrl_async.envs import EnvSpec, VecEnv, env_spec, make_env, make_host_env
 from jaxrl_async.envs.host import InlineVecEnv
-from jaxrl_async.envs.host_workers import WorkerVecEnv
+from jaxrl_async.envs.host_workers import WorkerVecEnv, default_workers
 from jaxrl_async.envs.wrappers import EpisodeStatistics
 from jaxrl_async.rollout import EnvCarry, rollout
 from jaxrl_async.runners import host_actors, host_batcher, host_trajectory, placement
@@ -120,8 +121,7 @@ def reuse_compiled():
     def key(cfg, algo, spec, where):
         fields = {k: v for k, v in to_dict(cfg).items() if k not in ("env", "runner")}
         return (json.dumps(fields, sort_keys=True), dataclasses.replace(spec, env_id=""),
-                cfg.runner.num_streams, host_batcher.groups(cfg.runner, where.per_stream,
-                                    host_actors.stream_workers(cfg.runner, where)),
+                cfg.runner.num_streams, host_actors.stream_groups(cfg, where),
                 tuple(where.actor_devices), tuple(where.learner_devices))
 
     yield from compile_once(host_actors, "compile_host_programs", key)
@@ -451,7 +451,20 @@ def test_default_groups_shorten_a_workers_share_of_a_group():
     assert [host_batcher.groups(rule, envs, workers) for envs, workers in
             [(64, 2), (256, 2), (256, 16), (64, 16), (32, 2), (8, 1), (6, 2), (5, 1)]] == [
         4, 4, 2, 2, 2, 2, 2, 1]
+    assert host_batcher.groups(rule, 64, 0) == 2  # no worker processes: EnvPool, inline
     assert host_batcher.groups(jra.AsyncConfig(host_groups=8), 64, 2) == 8
+    # Workers: the cores, or more where a worker would hold over 64 env threads (not for
+    # host_threads=1, CPU-bound envs, where more processes than cores only add switches).
+    cores = default_workers()
+
+    def workers(runner: jra.AsyncConfig, per_stream: int) -> int:
+        return host_actors.stream_workers(runner, types.SimpleNamespace(
+            streams=[0], per_stream=per_stream))
+
+    assert workers(jra.AsyncConfig(), 64 * cores) == cores
+    assert workers(jra.AsyncConfig(), 64 * cores + 1) == cores + 1
+    assert workers(jra.AsyncConfig(host_threads=1), 256 * cores) == cores
+    assert workers(jra.AsyncConfig(host_workers=3), 256 * cores) == 3
 
 
 def test_host_env_spec_and_the_jax_only_paths():

@@ -43,6 +43,7 @@ from jax.sharding import SingleDeviceSharding
 from jaxrl_async.algos import Algorithm, Trajectory, make_algorithm
 from jaxrl_async.algos.base import has_memory
 from jaxrl_async.envs import EnvSpec, HostVecEnv, host_env_spec, make_host_env
+from jaxrl_async.envs.host import split_host_id
 from jaxrl_async.envs.host_workers import default_workers
 from jaxrl_async.rollout import EpisodeSums, env_keys
 from jaxrl_async.runners.actor_learner import Setup, drive
@@ -114,7 +115,7 @@ def compile_host_programs(cfg: Any, algo: Algorithm, spec: EnvSpec, where: Layou
         raise ValueError(f"{type(cfg).__name__}.env: host envs support feedforward policies "
                          "only (this algorithm's policy is recurrent)")
     per_stream = where.per_stream
-    per_group = per_stream // groups(cfg.runner, per_stream, stream_workers(cfg.runner, where))
+    per_group = per_stream // stream_groups(cfg, where)
 
     def init(key: jax.Array) -> RunState:  # RunState.env: the envs' reset seeds
         return init_state(None, algo, key, jnp.arange(cfg.num_envs, dtype=jnp.int32),
@@ -162,17 +163,37 @@ def make_batcher(cfg: Any, env: HostVecEnv, programs: HostPrograms, stream: Stre
                    cfg.num_steps)
 
 
+THREADS_PER_WORKER = 64
+"""Most env threads a default worker holds (``host_threads=0``): all of a worker's threads take
+its GIL one after another when their waits end, so beyond this many the workers grow."""
+
+
 def stream_workers(runner: Any, where: Layout) -> int:
     """Worker processes per stream: ``runner.host_workers``, or (0) the cores divided by the
-    streams, at least 1."""
-    return runner.host_workers or max(1, default_workers() // len(where.streams))
+    streams (at least 1), more where one thread per env would put over ``THREADS_PER_WORKER``
+    threads in a worker."""
+    if runner.host_workers:
+        return runner.host_workers
+    cores = max(1, default_workers() // len(where.streams))
+    if runner.host_threads:
+        return cores
+    return max(cores, -(-where.per_stream // THREADS_PER_WORKER))
+
+
+def stream_groups(cfg: Any, where: Layout) -> int:
+    """Groups per stream (``host_batcher.groups``), counting worker processes only where the
+    envs step in them (not EnvPool's pools, not inline)."""
+    in_workers = (split_host_id(cfg.env)[0] == "gymnasium"
+                  and cfg.runner.host_vectorization == "workers")
+    workers = stream_workers(cfg.runner, where) if in_workers else 0
+    return groups(cfg.runner, where.per_stream, workers)
 
 
 def make_envs(cfg: Any, where: Layout) -> HostVecEnv:
     """One stream's host envs, split as the config says."""
     runner, per_stream = cfg.runner, where.per_stream
     workers = stream_workers(runner, where)
-    return make_host_env(cfg.env, per_stream, groups=groups(runner, per_stream, workers),
+    return make_host_env(cfg.env, per_stream, groups=stream_groups(cfg, where),
                          vectorization=runner.host_vectorization, workers=workers,
                          threads=runner.host_threads, flatten_obs=cfg.flatten_obs,
                          step_timeout=runner.host_step_timeout)

@@ -33,14 +33,15 @@ each group."""
 
 def groups(runner: Any, per_stream: int, workers: int) -> int:
     """The groups a stream's envs split into: ``runner.host_groups``, or (0) 4 where they divide
-    the stream's envs and each of its ``workers`` still steps ``ENVS_PER_WORKER_GROUP`` envs of a
-    group, else 2 where the envs are even, else 1. A worker's threads of one group take the GIL
+    the stream's envs and each of its ``workers`` worker processes (0: none, EnvPool or inline
+    envs) still steps ``ENVS_PER_WORKER_GROUP`` envs of a group, else 2 where the envs are even,
+    else 1. A worker's threads of one group take the GIL
     one after another when their waits end, so a group's step outlasts the envs' own latency by
     about its envs per worker times a GIL hand-off (docs/results.md, "Host envs at their own
     speed"): smaller groups shorten that tail, at one more policy call per step each."""
     if runner.host_groups:
         return runner.host_groups
-    if per_stream % 4 == 0 and per_stream // (4 * max(workers, 1)) >= ENVS_PER_WORKER_GROUP:
+    if workers and per_stream % 4 == 0 and per_stream // (4 * workers) >= ENVS_PER_WORKER_GROUP:
         return 4
     return 2 if per_stream % 2 == 0 else 1
 

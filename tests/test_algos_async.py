@@ -12,13 +12,14 @@ import jaxrl_async as jra
 import jaxrl_async.config
 
 REPLAY = dict(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 10, buffer_size=128,
-              batch_size=16, samples_per_insert=4.0, learning_starts=64)
+              batch_size=16, samples_per_insert=4.0, learning_starts=64, fast_compile=True)
 CONFIGS = {
     "dqn": jra.DQNConfig(**REPLAY),
     "sac": jra.SACConfig(**REPLAY, hidden_sizes=(16, 16)),
     "recurrent_ppo": jra.RecurrentPPOConfig(
         env="MemoryChain-bsuite", num_envs=4, num_steps=16, bptt_length=4, num_minibatches=2,
-        update_epochs=2, memory_size=16, hidden_sizes=(16,), total_timesteps=4 * 16 * 4),
+        update_epochs=2, memory_size=16, hidden_sizes=(16,), total_timesteps=4 * 16 * 4,
+        fast_compile=True),
 }
 
 

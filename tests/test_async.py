@@ -24,7 +24,7 @@ from jaxrl_async.sinks import final_return
 from tests.conftest import async_ppo, compile_once, no_threads_left, runner_threads
 
 SMALL = dict(env="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=2, update_epochs=2,
-             total_timesteps=8 * 16 * 8, log_every=3)
+             total_timesteps=8 * 16 * 8, log_every=3, fast_compile=True)
 HOST_METRICS = {"actor_busy", "learner_busy", "queue_depth", "dropped_batches"}
 
 

@@ -30,7 +30,7 @@ def tiny(runner=None, **kw):
     # normalize_obs: the observation statistics live in the env state and must be restored
     base = dict(env="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2,
                 total_timesteps=4 * 16 * 12, log_every=2, checkpoint_every=4,
-                normalize_obs=True)
+                normalize_obs=True, fast_compile=True)  # every run here compiles alike
     if runner is not None:
         base["runner"] = runner
     return jra.PPOConfig(**{**base, **kw})
@@ -202,7 +202,8 @@ import sys
 import jaxrl_async as jra
 runner = jra.SyncConfig() if sys.argv[2] == "sync" else jra.AsyncConfig()
 cfg = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
-                    update_epochs=1, total_timesteps=10**9, log_every=4, runner=runner)
+                    update_epochs=1, total_timesteps=10**9, log_every=4, fast_compile=True,
+                    runner=runner)
 try:
     jra.train(cfg, seed=3, run_dir=sys.argv[1], progress=False)
 except jra.TrainingInterrupted as e:

@@ -24,7 +24,7 @@ def free_running_dqn(stale_policy: str, max_staleness: int) -> jra.DQNConfig:
     return jra.DQNConfig(env="CartPole-v1", num_envs=ENVS, num_steps=STEPS,
                          total_timesteps=ENVS * STEPS * UPDATES, buffer_size=ENVS * STEPS * UPDATES,
                          batch_size=32, samples_per_insert=1.0, learning_starts=64, n_step=N,
-                         gamma=GAMMA, log_every=UPDATES, runner=runner)
+                         gamma=GAMMA, log_every=UPDATES, fast_compile=True, runner=runner)
 
 
 def reference_n_step(row: replay_buffer.Transition, start: int) -> tuple[float, float, np.ndarray]:
@@ -82,7 +82,7 @@ def test_free_running_replay_rows_hold_one_env_in_order(stale_policy, max_stalen
 # --------------------------------------------------------------------------- obs normalisation
 PENDULUM = jra.PPOConfig(env="Pendulum-v1", num_envs=8, num_steps=16, num_minibatches=2,
                          update_epochs=2, total_timesteps=8 * 16 * 6, log_every=3,
-                         normalize_obs=True)
+                         normalize_obs=True, fast_compile=True)
 
 
 @pytest.fixture(scope="module")

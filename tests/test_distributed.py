@@ -21,10 +21,10 @@ import jaxrl_async as jra
 SYNC = jra.SyncConfig(num_devices=4)
 PPO = jra.PPOConfig(env="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=2,
                     update_epochs=2, total_timesteps=8 * 16 * 6, log_every=2, normalize_obs=True,
-                    runner=SYNC)
+                    fast_compile=True, runner=SYNC)
 DQN = jra.DQNConfig(env="CartPole-v1", num_envs=8, num_steps=4, total_timesteps=8 * 4 * 6,
                     buffer_size=8 * 4 * 6, batch_size=32, samples_per_insert=2.0,
-                    learning_starts=64, log_every=2, runner=SYNC)
+                    learning_starts=64, log_every=2, fast_compile=True, runner=SYNC)
 
 
 def runner_config(name: str, processes: int) -> dict:

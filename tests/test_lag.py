@@ -15,7 +15,8 @@ from jaxrl_async.sinks import final_return
 from tests.test_returns import gae_numpy  # the plain-loop reference, independent of returns.gae
 
 SMALL = jra.PPOConfig(env="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=2,
-                      update_epochs=2, total_timesteps=8 * 16 * 6, log_every=3)
+                      update_epochs=2, total_timesteps=8 * 16 * 6, log_every=3,
+                      fast_compile=True)
 
 
 def record_learner_estimates(monkeypatch, module) -> list[dict]:
@@ -74,7 +75,8 @@ def test_gae_takes_both_values_from_the_learners_critic(monkeypatch, runner):
 
 RECURRENT_SMALL = jra.RecurrentPPOConfig(
     env="MemoryChain-bsuite", num_envs=4, num_steps=16, bptt_length=4, num_minibatches=2,
-    update_epochs=2, memory_size=16, hidden_sizes=(16,), total_timesteps=4 * 16 * 5)
+    update_epochs=2, memory_size=16, hidden_sizes=(16,), total_timesteps=4 * 16 * 5,
+    fast_compile=True)
 
 
 @pytest.mark.timeout(300)

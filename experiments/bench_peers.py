@@ -210,16 +210,24 @@ class OurSweep:
     figures = Side.figures
 
 
+def single_side(name: str, num_envs: int = NUM_ENVS, num_updates: int = 976) -> tuple:
+    """The ``single`` workload's function and arguments for one side."""
+    key = jax.random.key(0)
+    one = (jnp.float32(2.5e-4), jnp.float32(0.01), key)
+    if name == "ours":
+        train = jra.make_train(ours_cfg(num_updates, anneal=True, num_envs=num_envs))
+        return (lambda k: train(k).metrics["episode_return"]), (key,)
+    if name == "rejax":
+        return rejax_train(num_updates, num_envs), one
+    return baseline_train(num_updates, True, None, num_envs), one
+
+
 def workload(name: str, repeats: int, seeds: int, num_envs: int = NUM_ENVS,
              num_updates: int | None = None) -> dict:
     num_updates = num_updates or UPDATES[name]
     if name == "single":
-        key = jax.random.key(0)
-        one = (jnp.float32(2.5e-4), jnp.float32(0.01), key)
-        ours_train = jra.make_train(ours_cfg(num_updates, anneal=True, num_envs=num_envs))
-        sides = [Side("ours", lambda k: ours_train(k).metrics["episode_return"], (key,)),
-                 Side("rejax", rejax_train(num_updates, num_envs), one),
-                 Side("baseline", baseline_train(num_updates, True, None, num_envs), one)]
+        sides = [Side(side, *single_side(side, num_envs, num_updates))
+                 for side in ("ours", "rejax", "baseline")]
         runs = 1
     else:
         points = [(lr, ent) for lr in GRID["lr"] for ent in GRID["ent_coef"]]
@@ -246,18 +254,6 @@ def workload(name: str, repeats: int, seeds: int, num_envs: int = NUM_ENVS,
     if name == "sweep":
         result["ours_best"] = {k: sides[0].best[k] for k in (*GRID, "final_return")}
     return result
-
-
-def single_side(name: str, num_envs: int = NUM_ENVS, num_updates: int = 976) -> tuple:
-    """The ``single`` workload's function and arguments for one side."""
-    key = jax.random.key(0)
-    one = (jnp.float32(2.5e-4), jnp.float32(0.01), key)
-    if name == "ours":
-        train = jra.make_train(ours_cfg(num_updates, anneal=True, num_envs=num_envs))
-        return (lambda k: train(k).metrics["episode_return"]), (key,)
-    if name == "rejax":
-        return rejax_train(num_updates, num_envs), one
-    return baseline_train(num_updates, True, None, num_envs), one
 
 
 def compile_one(name: str) -> dict:

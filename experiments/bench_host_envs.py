@@ -12,7 +12,7 @@ CPU-bound: host worker threads 1) or ``envpool:<id>:<envs>`` (EnvPool, needs the
 cases train PPO (MLP, 1 epoch, 1 minibatch: the update is cheap, the envs are the slower side),
 EnvPool cases IMPALA with the Nature CNN (on a CPU the update is the slower side). Every case uses
 the default host path (workers by ``host_actors.stream_workers``' rule: the cores, at least one
-per 64 env threads; groups by ``host_batcher.groups``'; one policy call per group per step)
+per 16 env lanes; groups by ``host_batcher.groups``'; one policy call per group per step)
 unless ``--groups``/``--workers`` set them.
 
 Figures per case (SPS: env steps per second):

@@ -104,17 +104,17 @@ class AsyncConfig:
     envs always step in EnvPool's own threads."""
     host_workers: int = static(0, non_negative_int)
     """host_vectorization='workers': worker processes per actor stream (0: the cores divided
-    by the streams, at least 1, and with host_threads=0 at least one per 64 envs); each steps an
+    by the streams, at least 1, and with host_threads=0 at least one per 16 envs); each steps an
     equal share of every group."""
     host_threads: int = static(0, non_negative_int)
-    """Threads per host worker process (0: one per env, so envs that wait overlap their
+    """Threads (lanes) per host worker process (0: one per env, so envs that wait overlap their
     waits; 1: a worker steps its envs one after another, for CPU-bound envs); for EnvPool envs,
     its num_threads per pool (0: EnvPool's default, one per core)."""
     host_groups: int = static(0, non_negative_int)
     """Groups each actor stream splits its host envs into, so the policy acts on one group
     while the others step (double buffering with 2); must divide the stream's envs. 0: 4 where
-    the envs step in worker processes and each worker then still steps 8 or more envs of a
-    group, else 2 where the stream's envs are even, else 1 (runners/host_batcher.groups)."""
+    the envs step in worker processes and each group then still holds 16 or more envs, else 2
+    where the stream's envs are even, else 1 (runners/host_batcher.groups)."""
     host_step_timeout: float = static(60.0, non_negative)
     """Seconds a step (or reset) of a group of host envs in worker processes may take; a slower
     one stops the run with an error naming the env id and the envs that did not answer, and the

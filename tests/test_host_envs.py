@@ -444,16 +444,15 @@ def test_bad_host_env_configs_name_the_field(make, message):
 
 
 def test_default_groups_shorten_a_workers_share_of_a_group():
-    # 4 groups where each worker still steps 8 envs of each (64 envs over 2 workers: a group's
-    # GIL tail halves), 2 where fewer (many workers, or few envs), 1 for an odd count; a set
-    # host_groups wins.
+    # 4 groups where each still holds 16 envs (64 envs: a group's tail shortens), 2 where
+    # fewer, 1 for an odd count; a set host_groups wins.
     rule = jra.AsyncConfig()
     assert [host_batcher.groups(rule, envs, workers) for envs, workers in
-            [(64, 2), (256, 2), (256, 16), (64, 16), (32, 2), (8, 1), (6, 2), (5, 1)]] == [
-        4, 4, 2, 2, 2, 2, 2, 1]
+            [(64, 2), (256, 2), (256, 16), (64, 16), (60, 4), (32, 2), (8, 1), (6, 2),
+             (5, 1)]] == [4, 4, 4, 4, 2, 2, 2, 2, 1]
     assert host_batcher.groups(rule, 64, 0) == 2  # no worker processes: EnvPool, inline
     assert host_batcher.groups(jra.AsyncConfig(host_groups=8), 64, 2) == 8
-    # Workers: the cores, or more where a worker would hold over 64 env threads (not for
+    # Workers: the cores, or more where a worker would hold over 16 env lanes (not for
     # host_threads=1, CPU-bound envs, where more processes than cores only add switches).
     cores = default_workers()
 
@@ -461,8 +460,9 @@ def test_default_groups_shorten_a_workers_share_of_a_group():
         return host_actors.stream_workers(runner, types.SimpleNamespace(
             streams=[0], per_stream=per_stream))
 
-    assert workers(jra.AsyncConfig(), 64 * cores) == cores
-    assert workers(jra.AsyncConfig(), 64 * cores + 1) == cores + 1
+    assert workers(jra.AsyncConfig(), 16 * cores) == cores
+    assert workers(jra.AsyncConfig(), 16 * cores + 1) == cores + 1
+    assert workers(jra.AsyncConfig(), 256) == max(cores, 16)
     assert workers(jra.AsyncConfig(host_threads=1), 256 * cores) == cores
     assert workers(jra.AsyncConfig(host_workers=3), 256 * cores) == 3
 

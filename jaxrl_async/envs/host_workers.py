@@ -3,22 +3,26 @@
 ``WorkerVecEnv`` is a ``host.HostVecEnv`` whose B envs are stepped by W worker processes
 (``multiprocessing``'s forkserver context: forking a process that runs JAX threads can
 deadlock). Each worker owns an equal share of every group, so while the policy acts on one
-group every worker is stepping another. Inside a worker, each env has its own thread by default
-(``threads=0``): envs that wait (a simulator in another process, a robot, ``time.sleep``)
-overlap their waits; ``threads=1`` steps a worker's envs one after another (CPU-bound envs,
-which threads cannot overlap).
+group every worker is stepping another. A worker's envs step in its **lanes**, threads that each
+own some envs: by default (``threads=0``) one lane per env, so envs that wait (a simulator in
+another process, a robot, ``time.sleep``) overlap their waits; ``threads=k`` gives a worker k
+lanes that step their envs one after another (``threads=1``: CPU-bound envs, which threads
+cannot overlap).
 
 One block of shared memory holds, for every env, its action, observation, final observation,
-reward and end flags (numpy views on both sides); the pipes carry only ``("step", group)``
-and the worker's ``("done", group)``. The parent writes a group's actions and sends; the
-worker steps, writes the results in place and answers; ``recv`` returns views of the block
-(valid until the group's next ``send``).
+reward, end flags and whether it has answered (numpy views on both sides). A step costs two
+bytes per lane and no Python in between: the parent writes a group's actions, then the group's
+number to each of its lanes' own pipe; the lane, blocked reading that pipe, steps its envs of
+the group, writes their results in place and one byte to the group's done pipe, which the
+parent reads until every lane of the group has answered. No thread hands work to another and no
+message is pickled on the hot path (a worker's GIL is taken once per env step, by the lane that
+steps it). Resets and ``close`` go to the worker's main thread over its control pipe.
 
 Failure: an env that raises is a ``HostEnvError`` with its traceback; a worker that dies is a
 ``HostEnvError`` naming it, its envs and its exit code; a step that takes longer than
 ``step_timeout`` seconds is a ``HostEnvTimeout`` naming the envs that did not answer. Either way
 the workers are terminated and reaped before the error is raised; a worker whose parent dies
-leaves on its own (its pipe closes).
+leaves on its own (its pipes close).
 """
 
 from __future__ import annotations
@@ -27,13 +31,13 @@ import functools
 import mmap
 import multiprocessing
 import os
+import select
 import threading
 import time
 import traceback
 from collections.abc import Sequence
 from multiprocessing import connection
 from multiprocessing.shared_memory import SharedMemory
-from queue import SimpleQueue
 from typing import Any
 
 import numpy as np
@@ -51,7 +55,7 @@ from jaxrl_async.envs.host import (
 
 STARTUP_S = 60.0
 """Seconds the first reset may take at least: the workers start (and import) meanwhile."""
-FIELDS = ("action", "obs", "final_obs", "reward", "terminated", "truncated")
+FIELDS = ("action", "obs", "final_obs", "reward", "terminated", "truncated", "answered")
 ALIGN = 64
 
 
@@ -60,7 +64,8 @@ def buffer_layout(spec: EnvSpec, num_envs: int) -> dict[str, tuple[int, tuple, s
     action = ((), "int64") if spec.discrete else (tuple(spec.action_shape), "float32")
     shapes = {"action": action, "obs": (tuple(spec.obs_shape), np.dtype(spec.obs_dtype).str),
               "final_obs": (tuple(spec.obs_shape), np.dtype(spec.obs_dtype).str),
-              "reward": ((), "float32"), "terminated": ((), "bool"), "truncated": ((), "bool")}
+              "reward": ((), "float32"), "terminated": ((), "bool"), "truncated": ((), "bool"),
+              "answered": ((), "bool")}
     layout, offset = {}, 0
     for name in FIELDS:
         shape, dtype = shapes[name]
@@ -88,6 +93,31 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
+
+def lanes_of(owned: list[list[int]], threads: int) -> list[list[list[int]]]:
+    """A worker's lanes: ``lanes[l][g]``, the envs of group g that lane l steps. ``owned[g]``:
+    the worker's envs of group g; ``threads``: lanes (0: one per env). Env n of the worker (in
+    index order) steps in lane n % lanes."""
+    mine = sorted(i for part in owned for i in part)
+    count = len(mine) if threads <= 0 else max(1, min(threads, len(mine)))
+    lane = {i: n % count for n, i in enumerate(mine)}
+    return [[[i for i in part if lane[i] == n] for part in owned] for n in range(count)]
+
+
+def _allow_files(more: int) -> None:
+    """Raise this process's soft limit on open files (up to the hard one) so that ``more``
+    pipe ends fit beside those already open."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = len(os.listdir("/proc/self/fd")) + more + 64 if os.path.isdir("/proc/self/fd") else 0
+    if soft != resource.RLIM_INFINITY and want > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY
+                                                    else min(want, hard), hard))
+
+
 # --------------------------------------------------------------------------- the worker side
 def _reset(envs: dict, views: dict, seeds: Sequence[int], indices: Sequence[int]) -> None:
     obs = views["obs"]
@@ -108,10 +138,11 @@ def _attach(name: str, size: int) -> Any:
     return SharedMemory(name=name).buf  # pragma: no cover - not Linux
 
 
-def _worker(conn: Any, shm_name: str, layout: dict, owned: list[list[int]], gym_spec: Any,
-            threads: int) -> None:
-    """A worker's life: make its envs, then answer the parent's commands until ``close`` or
-    until the parent goes (its pipe closes). ``owned[g]``: its envs of group g."""
+def _worker(conn: Any, shm_name: str, layout: dict, lanes: list[list[list[int]]],
+            wakes: list[Any], dones: list[Any], gym_spec: Any) -> None:
+    """A worker's life: make its envs, start its lanes (``lanes[l][g]``: the envs of group g
+    that lane l steps; ``wakes[l]``: its pipe from the parent; ``dones[g]``: group g's pipe to
+    the parent), then answer the parent's resets until ``close`` or until the parent goes."""
     buf = _attach(shm_name, buffer_size(layout))
     views = buffer_views(buf, layout)
     obs_shape = layout["obs"][1][1:]
@@ -123,6 +154,7 @@ def _worker(conn: Any, shm_name: str, layout: dict, owned: list[list[int]], gym_
 
     action, next_obs, final_obs = views["action"], views["obs"], views["final_obs"]
     rewards, terminated, truncated = views["reward"], views["terminated"], views["truncated"]
+    answered = views["answered"]
     scalar_action = action.ndim == 1
 
     def step(indices: Sequence[int]) -> None:  # the hot path: locals only
@@ -131,7 +163,7 @@ def _worker(conn: Any, shm_name: str, layout: dict, owned: list[list[int]], gym_
                 envs[i], action[i] if scalar_action else action[i].copy())
             next_obs[i] = o if reshaped is None else np.reshape(o, obs_shape)
             final_obs[i] = final if reshaped is None else np.reshape(final, obs_shape)
-            rewards[i], terminated[i], truncated[i] = r, term, trunc
+            rewards[i], terminated[i], truncated[i], answered[i] = r, term, trunc, True
 
     def guarded(what: Any, indices: Sequence[int], g: int) -> bool:
         try:
@@ -142,42 +174,30 @@ def _worker(conn: Any, shm_name: str, layout: dict, owned: list[list[int]], gym_
                    traceback.format_exc()))
             return False
 
-    mine = sorted(i for part in owned for i in part)
+    done_fds = [d.fileno() for d in dones]
+
+    def lane(wake: Any, envs_of_group: list[list[int]]) -> None:
+        read, write, fd = os.read, os.write, wake.fileno()
+        try:
+            while True:
+                byte = read(fd, 1)
+                if not byte:  # the parent is gone
+                    return
+                g = byte[0]
+                write(done_fds[g], b"d" if guarded(step, envs_of_group[g], g) else b"e")
+        except OSError:  # the parent is gone
+            return
+
+    mine = sorted(i for lane_envs in lanes for part in lane_envs for i in part)
     envs: dict[int, Any] = {}
     if not guarded(lambda ids: envs.update({i: make_gymnasium_env(gym_spec) for i in ids}),
                    mine, -1):
         return
     shapes = {tuple(envs[i].observation_space.shape) for i in mine}
     reshaped = None if shapes <= {tuple(obs_shape)} else obs_shape  # flattened observations
-    count = len(mine) if threads <= 0 else min(threads, len(mine))
-    queues: list[SimpleQueue] = []
-    pending: dict[int, int] = {}
-    pending_lock = threading.Lock()
-
-    def env_thread(q: SimpleQueue) -> None:
-        while True:
-            g, indices = q.get()
-            ok = guarded(step, indices, g)
-            with pending_lock:
-                pending[g] -= 1
-                last = pending[g] == 0
-            if last and ok:
-                reply(("done", g))
-
-    # env i steps in thread (its position among the worker's envs) % count; a group's command
-    # goes to its threads as (thread, the group's envs it steps)
-    thread_of = {i: n % count for n, i in enumerate(mine)}
-    parts: list[list[tuple[int, list[int]]]] = []
-    for envs_of_group in owned:
-        by_thread: dict[int, list[int]] = {}
-        for i in envs_of_group:
-            by_thread.setdefault(thread_of[i], []).append(i)
-        parts.append(list(by_thread.items()))
-    if count > 1:
-        for n in range(count):
-            queues.append(SimpleQueue())
-            threading.Thread(target=env_thread, args=(queues[n],), daemon=True,
-                             name=f"jaxrl-env-{n}").start()
+    for n, (wake, envs_of_group) in enumerate(zip(wakes, lanes)):
+        threading.Thread(target=lane, args=(wake, envs_of_group), daemon=True,
+                         name=f"jaxrl-env-lane-{n}").start()
     while True:
         try:
             message = conn.recv()
@@ -187,25 +207,14 @@ def _worker(conn: Any, shm_name: str, layout: dict, owned: list[list[int]], gym_
             for env in envs.values():
                 env.close()
             return
-        if message[0] == "reset":
-            if guarded(functools.partial(_reset, envs, views, message[1]), mine, -1):
-                reply(("reset",))
-            continue
-        g = message[1]
-        if count <= 1:
-            if guarded(step, owned[g], g):
-                reply(("done", g))
-            continue
-        with pending_lock:
-            pending[g] = len(parts[g])
-        for n, indices in parts[g]:
-            queues[n].put((g, indices))
+        if guarded(functools.partial(_reset, envs, views, message[1]), mine, -1):
+            reply(("reset",))
 
 
 # --------------------------------------------------------------------------- the parent side
 class WorkerVecEnv(HostVecEnv):
     """Gymnasium envs in worker processes (see the module docstring). ``workers``: processes
-    (0: the cores), at most the envs of a group; ``threads``: threads per worker (0: one per
+    (0: the cores), at most the envs of a group; ``threads``: lanes per worker (0: one per
     env); ``step_timeout``: seconds a step or reset may take (0: no limit)."""
 
     def __init__(self, spec: EnvSpec, num_envs: int, groups: int = 1, workers: int = 0,
@@ -213,6 +222,8 @@ class WorkerVecEnv(HostVecEnv):
         import gymnasium
 
         super().__init__(spec, num_envs, groups)
+        if groups > 256:
+            raise ValueError(f"WorkerVecEnv.groups must be at most 256, got {groups}")
         self.timeout = step_timeout if step_timeout > 0 else None
         self.layout = buffer_layout(spec, num_envs)
         self.shm: SharedMemory | None = SharedMemory(create=True,
@@ -225,26 +236,58 @@ class WorkerVecEnv(HostVecEnv):
             ids = np.arange(self.group(g).start, self.group(g).stop)
             for w, part in enumerate(np.array_split(ids, num_workers)):
                 self.owned[w][g] = [int(i) for i in part]
-        self._done: list[set] = [set() for _ in range(num_workers)]
+        lanes = [lanes_of(owned, threads) for owned in self.owned]
+        self._group_byte = [bytes([g]) for g in range(groups)]
+        self._wake_fds: list[list[int]] = [[] for _ in range(groups)]  # [g]: its lanes' pipes
+        self._workers_of = [[w for w in range(num_workers) if self.owned[w][g]]
+                            for g in range(groups)]
         self._started = False  # the first reset also waits for the workers to start
         self.processes: list[Any] = []
         self.conns: list[Any] = []
+        self._files: list[Any] = []  # this side's pipe ends, closed with it
+        self._done_fds: list[int] = []
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload([__name__])
         gym_spec = gymnasium.spec(split_host_id(spec.env_id)[1])
+        _allow_files(sum(map(len, lanes)) + 2 * groups + 2 * num_workers)
         try:
+            done_pipes = [context.Pipe(duplex=False) for _ in range(groups)]
+            self._files += [reader for reader, _ in done_pipes]
+            self._done_fds = [reader.fileno() for reader, _ in done_pipes]
             for w in range(num_workers):
                 parent, child = context.Pipe()
+                wakes = [context.Pipe(duplex=False) for _ in lanes[w]]
                 process = context.Process(
                     target=_worker, name=f"jaxrl-host-env-worker-{w}", daemon=True,
-                    args=(child, self.shm.name, self.layout, self.owned[w], gym_spec, threads))
-                process.start()
-                child.close()
-                self.processes.append(process)
+                    args=(child, self.shm.name, self.layout, lanes[w],
+                          [reader for reader, _ in wakes], [writer for _, writer in done_pipes],
+                          gym_spec))
                 self.conns.append(parent)
+                self._files += [writer for _, writer in wakes]
+                try:
+                    process.start()
+                finally:
+                    child.close()
+                    for reader, _ in wakes:
+                        reader.close()
+                self.processes.append(process)
+                for lane, (_, writer) in zip(lanes[w], wakes):
+                    for g, part in enumerate(lane):
+                        if part:
+                            self._wake_fds[g].append(writer.fileno())
+            for _, writer in done_pipes:
+                writer.close()
         except BaseException:
             self.close(failed=True)
             raise
+        self._sentinels = {p.sentinel: w for w, p in enumerate(self.processes)}
+        self._pollers = []  # [g]: group g's done pipe and its workers' sentinels
+        for g in range(groups):
+            poller = select.poll()
+            poller.register(self._done_fds[g], select.POLLIN)
+            for w in self._workers_of[g]:
+                poller.register(self.processes[w].sentinel, select.POLLIN)
+            self._pollers.append(poller)
 
     @property
     def pids(self) -> list[int]:
@@ -257,68 +300,101 @@ class WorkerVecEnv(HostVecEnv):
         timeout = self.timeout
         if not self._started and timeout is not None:  # starting a process is no env's fault
             timeout = max(timeout, STARTUP_S)
-        self._wait("a reset", "reset", range(len(self.conns)), timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        waiting = list(range(len(self.conns)))
+        while waiting:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            ready = connection.wait([self.conns[w] for w in waiting], left)
+            if not ready:
+                self._timed_out("a reset", timeout, sorted(
+                    i for w in waiting for part in self.owned[w] for i in part))
+            for conn in ready:
+                w = self.conns.index(conn)
+                self._receive(w, "a reset")
+                waiting.remove(w)
         self._started = True
         return self.views["obs"].copy()
 
     def send(self, g: int, action: np.ndarray) -> None:
-        self.views["action"][self.group(g)] = self._action(action)
-        for w, conn in enumerate(self.conns):
-            if self.owned[w][g]:
-                conn.send(("step", g))
+        part = self.group(g)
+        self.views["action"][part] = self._action(action)
+        self.views["answered"][part] = False
+        byte, write = self._group_byte[g], os.write
+        try:
+            for fd in self._wake_fds[g]:
+                write(fd, byte)
+        except OSError:  # a worker is gone
+            self._raise_died(self._dead_worker(self._workers_of[g]), "a step")
 
     def recv(self, g: int) -> HostStep:
-        self._wait("a step", g, [w for w in range(len(self.conns)) if self.owned[w][g]])
+        left, fd, poll = len(self._wake_fds[g]), self._done_fds[g], self._pollers[g].poll
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while left:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0) * 1000
+            events = poll(wait)
+            if not events:
+                answered = self.views["answered"][self.group(g)]
+                self._timed_out("a step", self.timeout, [
+                    self.group(g).start + int(i) for i in np.flatnonzero(~answered)])
+            if any(ready == fd for ready, _ in events):
+                got = os.read(fd, left)
+                left -= len(got)
+                if b"e" in got:
+                    self._raise_env_error(g)
+                if got:
+                    continue
+            # a sentinel, or the done pipe closed: a worker of the group is gone
+            self._raise_died(self._dead_worker(self._workers_of[g]), "a step")
         part = self.group(g)
         v = self.views
         return HostStep(v["obs"][part], v["reward"][part], v["terminated"][part],
                         v["truncated"][part], v["final_obs"][part])
 
-    def _wait(self, what: str, token: Any, workers: Sequence[int],
-              timeout: float | None = None) -> None:
-        """Wait until every worker of ``workers`` has answered ``token`` (at most ``timeout``
-        seconds, by default the step timeout)."""
-        timeout = self.timeout if timeout is None else timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
-        waiting = [w for w in workers if token not in self._done[w]]
-        while waiting:
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            ready = connection.wait([self.conns[w] for w in waiting], left)
-            if not ready:
-                envs = sorted(i for w in waiting for i in self._envs_of(w, token))
-                pids = [self.processes[w].pid for w in waiting]
-                self.close(failed=True)
-                raise HostEnvTimeout(
-                    f"{self.spec.env_id}: {what} took longer than host_step_timeout="
-                    f"{timeout:g} s; env(s) {envs} of {self.num_envs} did not answer "
-                    f"(worker pids {pids}, terminated)")
-            for conn in ready:
-                self._receive(self.conns.index(conn), what)
-            waiting = [w for w in waiting if token not in self._done[w]]
-        for w in workers:
-            self._done[w].discard(token)
+    # ------------------------------------------------------------------------- failures
+    def _timed_out(self, what: str, timeout: float, envs: list[int]) -> None:
+        late = set(envs)
+        workers = [w for w, owned in enumerate(self.owned)
+                   if any(i in late for part in owned for i in part)]
+        pids = [self.processes[w].pid for w in workers]
+        self.close(failed=True)
+        raise HostEnvTimeout(
+            f"{self.spec.env_id}: {what} took longer than host_step_timeout={timeout:g} s; "
+            f"env(s) {envs} of {self.num_envs} did not answer (worker pids {pids}, terminated)")
 
-    def _envs_of(self, w: int, token: Any) -> list[int]:
-        return self.owned[w][token] if isinstance(token, int) else sum(self.owned[w], [])
+    def _dead_worker(self, workers: Sequence[int]) -> int:
+        """The first of ``workers`` whose process has ended (waiting a moment for it)."""
+        ready = connection.wait([self.processes[w].sentinel for w in workers], 1.0)
+        return self._sentinels[ready[0]] if ready else workers[0]
+
+    def _raise_died(self, w: int, what: str) -> None:
+        process = self.processes[w]
+        process.join(1.0)
+        envs = sorted(i for part in self.owned[w] for i in part)
+        self.close(failed=True)
+        raise HostEnvError(
+            f"{self.spec.env_id}: the worker process stepping env(s) {envs} "
+            f"(pid {process.pid}) died during {what} (exit code {process.exitcode})")
+
+    def _raise_env_error(self, g: int) -> None:
+        """A lane of group g answered ``e``: its worker sent the error before."""
+        for w in self._workers_of[g]:
+            if self.conns[w].poll():
+                self._receive(w, "a step")
+        self.close(failed=True)
+        raise HostEnvError(f"{self.spec.env_id}: an env of group {g} failed (no report)")
 
     def _receive(self, w: int, what: str) -> None:
+        """Worker w's next message: its reset's answer, or its error raised here."""
         try:
             message = self.conns[w].recv()
         except (EOFError, OSError):
-            process = self.processes[w]
-            process.join(1.0)
-            self.close(failed=True)
-            raise HostEnvError(
-                f"{self.spec.env_id}: the worker process stepping env(s) {self._envs_of(w, 'all')} "
-                f"(pid {process.pid}) died during {what} (exit code {process.exitcode})"
-            ) from None
+            self._raise_died(w, what)
         if message[0] == "error":
             _, _, envs, text, trace = message
             pid = self.processes[w].pid
             self.close(failed=True)
             raise HostEnvError(f"{self.spec.env_id}: env(s) {envs} raised {text} (in worker "
                                f"{w}, pid {pid})\n{trace}")
-        self._done[w].add(message[1] if message[0] == "done" else "reset")
 
     def close(self, failed: bool = False) -> None:
         if not failed:
@@ -336,9 +412,10 @@ class WorkerVecEnv(HostVecEnv):
             if process.is_alive():
                 process.kill()
                 process.join()
-        for conn in self.conns:
-            conn.close()
-        self.processes, self.conns = [], []
+        for end in self.conns + self._files:
+            end.close()
+        self.processes, self.conns, self._files = [], [], []
+        self._wake_fds = [[] for _ in self._wake_fds]
         self.views = {}
         if self.shm is not None:
             try:

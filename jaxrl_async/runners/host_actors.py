@@ -163,21 +163,22 @@ def make_batcher(cfg: Any, env: HostVecEnv, programs: HostPrograms, stream: Stre
                    cfg.num_steps)
 
 
-THREADS_PER_WORKER = 64
-"""Most env threads a default worker holds (``host_threads=0``): all of a worker's threads take
-its GIL one after another when their waits end, so beyond this many the workers grow."""
+LANES_PER_WORKER = 16
+"""Most env lanes (threads, ``host_threads=0``: one per env) a default worker holds: a worker's
+lanes take its GIL one after another when their waits end, so beyond this many the workers
+grow (docs/results.md, "Host envs at their own speed")."""
 
 
 def stream_workers(runner: Any, where: Layout) -> int:
     """Worker processes per stream: ``runner.host_workers``, or (0) the cores divided by the
-    streams (at least 1), more where one thread per env would put over ``THREADS_PER_WORKER``
-    threads in a worker."""
+    streams (at least 1), more where one lane per env would put over ``LANES_PER_WORKER``
+    lanes in a worker."""
     if runner.host_workers:
         return runner.host_workers
     cores = max(1, default_workers() // len(where.streams))
     if runner.host_threads:
         return cores
-    return max(cores, -(-where.per_stream // THREADS_PER_WORKER))
+    return max(cores, -(-where.per_stream // LANES_PER_WORKER))
 
 
 def stream_groups(cfg: Any, where: Layout) -> int:

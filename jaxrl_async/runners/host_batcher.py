@@ -26,22 +26,20 @@ from jaxrl_async.runners.common import update_keys
 from jaxrl_async.runners.host_trajectory import TrajectoryBuilder, unpack_numpy
 from jaxrl_async.runners.placement import Packing, Stream
 
-ENVS_PER_WORKER_GROUP = 8
-"""The default rule's threshold: 4 groups only where each worker still steps this many envs of
-each group."""
+ENVS_PER_GROUP = 16
+"""The default rule's threshold: 4 groups only where each group still holds this many envs."""
 
 
 def groups(runner: Any, per_stream: int, workers: int) -> int:
-    """The groups a stream's envs split into: ``runner.host_groups``, or (0) 4 where they divide
-    the stream's envs and each of its ``workers`` worker processes (0: none, EnvPool or inline
-    envs) still steps ``ENVS_PER_WORKER_GROUP`` envs of a group, else 2 where the envs are even,
-    else 1. A worker's threads of one group take the GIL
-    one after another when their waits end, so a group's step outlasts the envs' own latency by
-    about its envs per worker times a GIL hand-off (docs/results.md, "Host envs at their own
-    speed"): smaller groups shorten that tail, at one more policy call per step each."""
+    """The groups a stream's envs split into: ``runner.host_groups``, or (0) 4 where the envs
+    step in ``workers`` worker processes (0: none, EnvPool or inline envs) and 4 groups of at
+    least ``ENVS_PER_GROUP`` divide them, else 2 where the envs are even, else 1. A group's step
+    lasts as long as its slowest env, each env's wake-up queued behind the others' on the cores
+    (docs/results.md, "Host envs at their own speed"): smaller groups shorten that tail, at one
+    more policy call per step each, which envs of 1 ms cannot afford at 16 envs a group."""
     if runner.host_groups:
         return runner.host_groups
-    if workers and per_stream % 4 == 0 and per_stream // (4 * workers) >= ENVS_PER_WORKER_GROUP:
+    if workers and per_stream % 4 == 0 and per_stream // 4 >= ENVS_PER_GROUP:
         return 4
     return 2 if per_stream % 2 == 0 else 1
 

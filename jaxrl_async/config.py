@@ -112,9 +112,9 @@ class AsyncConfig:
     its num_threads per pool (0: EnvPool's default, one per core)."""
     host_groups: int = static(0, non_negative_int)
     """Groups each actor stream splits its host envs into, so the policy acts on one group
-    while the others step (double buffering with 2); must divide the stream's envs. 0: 4 where
-    the envs step in worker processes and each group then still holds 16 or more envs, else 2
-    where the stream's envs are even, else 1 (runners/host_batcher.groups)."""
+    while the others step (double buffering with 2); must divide the stream's envs, at most
+    256. 0: 4 where the envs step in worker processes and each group then still holds 16 or
+    more envs, else 2 where the stream's envs are even, else 1 (runners/host_batcher.groups)."""
     host_step_timeout: float = static(60.0, non_negative)
     """Seconds a step (or reset) of a group of host envs in worker processes may take; a slower
     one stops the run with an error naming the env id and the envs that did not answer, and the
@@ -277,6 +277,9 @@ class TrainConfig:
                      "(host envs are stepped by actor threads; the sync runner runs the envs "
                      "inside one JAX program)")
             per_stream = self.num_envs // self.runner.num_streams
+            if self.runner.host_groups > 256:
+                fail(self, "runner", f"host_groups={self.runner.host_groups} must be at most 256 "
+                     "(a group's number crosses to its worker processes as one byte)")
             if self.runner.host_groups and per_stream % self.runner.host_groups:
                 fail(self, "runner", f"host_groups={self.runner.host_groups} must divide each "
                      f"actor stream's {per_stream} host envs (num_envs / streams)")

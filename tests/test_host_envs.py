@@ -436,8 +436,11 @@ def test_a_missing_package_is_named():
     (lambda: jra.PPOConfig(env="gymnasium:CartPole-v1", num_envs=6,
                            runner=jra.AsyncConfig(host_groups=4)),
      r"PPOConfig.runner host_groups=4 must divide each actor stream's 6 host envs"),
+    (lambda: jra.PPOConfig(env="gymnasium:CartPole-v1", num_envs=512, num_steps=8,
+                           runner=jra.AsyncConfig(host_groups=512)),
+     r"PPOConfig.runner host_groups=512 must be at most 256"),
 ], ids=["unknown-id", "default-runner", "sync-runner", "normalize-obs", "vectorization",
-        "retired-vectorization", "groups"])
+        "retired-vectorization", "groups", "too-many-groups"])
 def test_bad_host_env_configs_name_the_field(make, message):
     with pytest.raises(ValueError, match=message):
         make()

@@ -15,6 +15,15 @@ its XLA:CPU thunk time summed by kind (the thunk's name without its number: ``do
 ``transpose``, ``gather_fusion``, ...). One JSON line per side: ms per update by kind, the
 thunks run per update.
 
+``--programs``: instead, the two programs ``bench_peers.py`` times, ours against the baseline
+(``--runs 1``: the single run, ``make_train``; more: the sweep, ``jra.sweep``'s program and the
+baseline's ``make_train`` under ``vmap``, 16 configs x ``runs / 16`` seeds), each compiled at
+``--updates`` and at 4 updates: per update (the difference over the updates between, so the
+init counts for nothing) the XLA:CPU thunks (kernels) run and their traced time, and the wall
+time (medians of ``--repeats``, interleaved). One JSON line per side: the kernel count is
+device-neutral evidence beside the CPU's times. (XLA's static cost analysis counts a loop's
+body once, whatever its trip count, so it gives no bytes or flops per update.)
+
 ``--ab``: instead, ours' batched update (``--runs`` runs) against three variants in one
 process: V(obs) from the behaviour value, minibatches of single transitions (the flattened
 ``[T*B]`` shuffled) instead of time steps shared by all envs, and ``lax.map`` over the runs
@@ -24,12 +33,16 @@ instead of ``vmap``. One JSON line, ms per update.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
+import importlib
 import json
 import re
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -38,12 +51,23 @@ from jax import lax
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_peers import NUM_ENVS, NUM_STEPS, rejax_algo  # noqa: E402
+from bench_peers import (  # noqa: E402
+    GRID,
+    NUM_ENVS,
+    NUM_STEPS,
+    baseline_train,
+    ours_cfg,
+    rejax_algo,
+    single_side,
+)
 from xla_thunks import traced_thunks  # noqa: E402
 
 import jaxrl_async as jra  # noqa: E402
+from jaxrl_async.networks import orthogonal  # noqa: E402
 from jaxrl_async.runners import sync  # noqa: E402
 from jaxrl_async.runners.common import collect, learn_update  # noqa: E402
+
+sweep_module = importlib.import_module("jaxrl_async.sweep")  # the package exports the function
 
 OPS = ("fusion", "gather", "scatter", "sort", "while", "copy", "transpose", "dot",
        "dynamic-slice", "dynamic-update-slice", "concatenate", "custom-call")
@@ -176,12 +200,67 @@ def thunk_kinds(fn, fn_args, updates: int) -> dict:
             "ms_per_update_by_kind": {k: round(v, 3) for k, v in kinds.most_common(15)}}
 
 
+def peer_programs(runs: int, updates: int) -> dict[str, tuple[Any, tuple]]:
+    """``{side: (jitted fn, args)}`` of ``bench_peers``' single run (``runs == 1``, its lr
+    annealed) or sweep (16 configs x ``runs / 16`` seeds, constant lr), ``updates`` long."""
+    if runs == 1:
+        return {side: (jax.jit(fn), fn_args) for side, (fn, fn_args) in
+                ((s, single_side(s, num_updates=updates)) for s in ("ours", "baseline"))}
+    seeds = runs // len(GRID["lr"]) // len(GRID["ent_coef"])
+    points = [(lr, ent) for lr in GRID["lr"] for ent in GRID["ent_coef"]]
+    cfg = ours_cfg(updates, anneal=False)
+    cfgs = sweep_module._stack([dataclasses.replace(cfg, lr=lr, ent_coef=ent)
+                                for lr, ent in points for _ in range(seeds)])
+    seed_array = np.asarray([s for _ in points for s in range(seeds)], np.int32)
+    lrs = jnp.asarray([lr for lr, _ in points for _ in range(seeds)], jnp.float32)
+    ents = jnp.asarray([ent for _, ent in points for _ in range(seeds)], jnp.float32)
+    keys = jax.vmap(jax.random.key)(jnp.tile(jnp.arange(seeds), len(points)))
+    ours_program = sweep_module._program(1, updates, cfg.log_every, False, ())
+    return {"ours": (ours_program, (cfgs, seed_array)),
+            "baseline": (jax.jit(jax.vmap(baseline_train(updates, False, orthogonal))),
+                         (lrs, ents, keys))}
+
+
+def per_update_costs(runs: int, updates: int, repeats: int) -> list[dict]:
+    """Thunks, thunk time and wall time per update of each side's program:
+    (the ``updates``-long program's less the 4-update one's) / (``updates`` - 4)."""
+    figures: dict[str, dict[int, dict]] = {}
+    compiled = {}
+    for n in (4, updates):
+        for side, (fn, fn_args) in peer_programs(runs, n).items():
+            c = fn.lower(*fn_args).compile()
+            compiled[side, n] = c, fn_args
+            jax.block_until_ready(c(*fn_args))
+            thunks = [ms for name, ms in traced_thunks(functools.partial(c, *fn_args))[0]
+                      if re.fullmatch(r"[a-z][\w\-]*(\.\d+)?", name)]
+            figures.setdefault(side, {})[n] = {"thunks": len(thunks), "thunk_ms": sum(thunks)}
+    walls: dict[tuple, list] = {k: [] for k in compiled}
+    for _ in range(repeats):
+        for key, (c, fn_args) in compiled.items():
+            start = time.perf_counter()
+            jax.block_until_ready(c(*fn_args))
+            walls[key].append(time.perf_counter() - start)
+    out = []
+    for side, by_n in figures.items():
+        def per(k: str, by_n: dict = by_n) -> float:
+            return (by_n[updates][k] - by_n[4][k]) / (updates - 4)
+
+        wall = (np.median(walls[side, updates]) - np.median(walls[side, 4])) / (updates - 4)
+        out.append({"side": side, "runs": runs, "updates": updates,
+                    "thunks_per_update": round(per("thunks")),
+                    "thunk_ms_per_update": round(per("thunk_ms"), 2),
+                    "wall_ms_per_update": round(1e3 * float(wall), 2)})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--updates", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ab", action="store_true", help="ours' update against variants")
+    parser.add_argument("--programs", action="store_true",
+                        help="bench_peers' programs, ours against the baseline, per update")
     parser.add_argument("--thunks", action="store_true", help="thunk time by kind, per side")
     args = parser.parse_args()
     jax.jit(lambda x: x + 1)(1.0).block_until_ready()
@@ -191,6 +270,11 @@ def main() -> None:
                 learns, fn_args = build(runs, args.updates)[1]
                 print(json.dumps({"impl": name, "runs": runs, "part": "learn",
                                   **thunk_kinds(learns, fn_args, args.updates)}), flush=True)
+        return
+    if args.programs:
+        for runs in args.runs:
+            for line in per_update_costs(runs, args.updates, args.repeats):
+                print(json.dumps(line), flush=True)
         return
     if args.ab:
         for runs in args.runs:

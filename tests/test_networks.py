@@ -7,10 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxrl_async.algos.base import on_rows
 from jaxrl_async.networks import (
     ActorCritic,
     Categorical,
     DiagGaussian,
+    QNetwork,
     _orthonormal_columns,
     init_params,
     orthogonal,
@@ -100,3 +102,21 @@ def test_distributions():
     np.testing.assert_allclose(g.log_prob(x), ref, rtol=1e-5)
     np.testing.assert_allclose(g.entropy(), norm.entropy(0.5, 2.0) + norm.entropy(-1, 0.5),
                                rtol=1e-5)
+
+
+@pytest.mark.parametrize("network, obs_shape", [
+    (ActorCritic(discrete=True, action_dim=3), (5,)),
+    (ActorCritic(discrete=False, action_dim=2), (5,)),
+    (QNetwork(num_actions=4, torso="cnn", hidden_sizes=(16,)), (6, 6, 2)),
+])
+def test_on_rows_gives_what_applying_on_time_and_env_axes_gives(network, obs_shape):
+    """The learners apply their networks to ``[T, B, ...]`` through ``on_rows`` (rows
+    ``[T*B, ...]``, reshaped back): the same values and shapes, distributions included."""
+    obs = jax.random.normal(jax.random.key(1), (7, 3, *obs_shape))  # [T, B, ...]
+    params = init_params(network, jax.random.key(0), obs[0, 0])
+    direct = network.apply(params, obs)
+    rows = on_rows(lambda x: network.apply(params, x), obs)
+    assert jax.tree.structure(rows) == jax.tree.structure(direct)
+    for got, want in zip(jax.tree.leaves(rows), jax.tree.leaves(direct)):
+        assert got.shape == want.shape and got.shape[:2] == (7, 3)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -11,7 +11,7 @@ import pytest
 
 import jaxrl_async as jra
 from jaxrl_async.cli import main
-from jaxrl_async.sweep import count_compiles, grid_points, sample_points
+from jaxrl_async.sweep import count_compiles, grid_points, sample_points, vmap_runs
 
 TINY = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
                      update_epochs=2, total_timesteps=4 * 16 * 5, log_every=2, eval_every=2,
@@ -204,3 +204,21 @@ def test_sweep_from_a_file_with_tracking_logs_one_run_with_the_results_table(
                                                    "ent_coef": [0.0, 0.05]}
     assert {"best/lr", "best/ent_coef", "best/final_return", "sweep_plot"} <= \
         session["summary"]
+
+
+@pytest.mark.parametrize("runs", [1, 3])
+def test_vmap_runs_gives_what_vmap_gives(runs):
+    """One run per device runs unbatched (``jra.train``'s program), more are ``vmap``-ed: the
+    same values and shapes either way, PRNG keys included."""
+
+    def fn(scale, key):
+        return {"x": scale * jax.random.normal(key, (4, 3)) @ np.ones((3, 2), np.float32),
+                "key": jax.random.fold_in(key, 7)}
+
+    scales = np.arange(1, runs + 1, dtype=np.float32)
+    keys = jax.random.split(jax.random.key(0), runs)
+    got, want = vmap_runs(fn)(scales, keys), jax.vmap(fn)(scales, keys)
+    assert got["x"].shape == want["x"].shape == (runs, 4, 2)
+    np.testing.assert_allclose(got["x"], want["x"], rtol=1e-6)
+    np.testing.assert_array_equal(jax.random.key_data(got["key"]),
+                                  jax.random.key_data(want["key"]))

@@ -109,6 +109,21 @@ def with_env_axis(state: Any, num_envs: int) -> Any:
     return jax.tree.map(expand, state, is_leaf=is_per_env)
 
 
+def rows(tree: Any) -> Any:
+    """Leaves ``[T, B, ...]`` as rows ``[T*B, ...]`` (time-major). A learner's network applied
+    to rows runs each layer's weight gradient as one plain matmul; on two batch axes XLA:CPU
+    first transposes an operand of every one (a quarter of a vmapped PPO update's time,
+    docs/results.md)."""
+    return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), tree)
+
+
+def on_rows(apply: Callable[[jax.Array], Any], x: jax.Array) -> Any:
+    """``apply(x)`` for ``x [T, B, ...]`` computed on ``rows(x)``, its outputs reshaped back to
+    ``[T, B, ...]``: for a loss that needs the time axis (V-trace)."""
+    lead = x.shape[:2]
+    return jax.tree.map(lambda y: y.reshape(*lead, *y.shape[1:]), apply(rows(x)))
+
+
 # --------------------------------------------------------------------------- optimisers
 def make_optimizer(
     max_grad_norm: Any, learning_rate: Any, kind: str = "adam", **kwargs: Any

@@ -20,6 +20,7 @@ from jaxrl_async.algos.base import (
     linear_anneal,
     make_optimizer,
     memoryless,
+    on_rows,
     pmean,
     standardize,
 )
@@ -98,7 +99,7 @@ def make_algorithm(cfg: ImpalaConfig, spec: EnvSpec) -> Algorithm:
     def loss(params, traj: Trajectory, axis_name):
         # V(x_s) and V(x_s+1) both from the learner's params (the ones being trained); only the
         # log-prob mu comes from the acting params, and V-trace corrects for it.
-        pi, value = network.apply(params, traj.obs)  # [T, B] learner's params
+        pi, value = on_rows(lambda obs: network.apply(params, obs), traj.obs)  # [T, B]
         next_value = network.apply(params, traj.next_obs, method="value")  # learner's params
         log_prob = pi.log_prob(traj.action)
         log_rho = log_prob - traj.extras["log_prob"]  # current over behaviour policy

@@ -20,6 +20,7 @@ from jaxrl_async.algos.base import (
     make_optimizer,
     memoryless,
     minibatch_epochs,
+    rows,
     standardize,
 )
 from jaxrl_async.algos.returns import gae
@@ -167,7 +168,7 @@ def make_algorithm(cfg: PPOConfig, spec: EnvSpec) -> Algorithm:
         return pi.mode() if greedy else pi.sample(key)
 
     def loss(params, minibatch):
-        obs, action, extras, advantages, targets = minibatch
+        obs, action, extras, advantages, targets = rows(minibatch)  # [T/M * B, ...]
         pi, value = network.apply(params, obs)
         return clipped_loss(cfg, pi, value, action, extras, advantages, targets)
 

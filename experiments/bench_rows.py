@@ -6,11 +6,11 @@ PPO and PQN take each minibatch ``[T/M, B, ...]`` as rows ``[T/M * B, ...]``
 (``algos.base.rows``), IMPALA its trajectory's forward pass through ``on_rows``; the "axes" side
 puts the old form back (the same module attributes replaced by the identity) and compiles the
 same ``make_train`` program again in this process. Three ways a program runs: ``plain`` (one
-run jitted, as ``jra.train`` and a sweep's device with one run, ``sweep.vmap_runs``), ``vmap1``
-(one run under ``vmap``) and ``vmap8`` (8 seeds vmapped: a sweep). The sides run interleaved ``--repeats``
-times; ms per update are medians. ``max_return_diff``: the largest difference of the
-per-update training returns between the sides (0: bit for bit; the same arithmetic, but sums
-may round differently). One JSON line per (algorithm, mode).
+run jitted, as ``jra.train`` and a sweep's device with one run, ``sweep.vmap_runs``),
+``vmap1`` (one run under ``vmap``) and ``vmap8`` (8 seeds vmapped: a sweep). The sides run
+interleaved ``--repeats`` times; ms per update are medians. ``max_return_diff``: the largest
+difference of the per-update training returns between the sides (0: bit for bit; the same
+arithmetic, but sums may round differently). One JSON line per (algorithm, mode).
 """
 
 from __future__ import annotations

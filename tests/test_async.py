@@ -262,15 +262,20 @@ def test_packing_is_exact():
 @pytest.mark.parametrize("algo", ["ppo", "impala"])
 def test_async_learns_cartpole(algo):
     # Budget: 5e5 env steps, lag 1 on one actor and one learner device. PPO: PureJaxRL's
-    # settings; IMPALA: ImpalaConfig's defaults.
+    # settings; IMPALA: ImpalaConfig's defaults. The median of 5 seeds: one seed's final return
+    # moves by 100+ with float rounding alone (PPO seed 0: 500, then 342 once the learner's
+    # matmuls ran on rows; seed 2 was 434 before that change; docs/results.md).
     config = jra.PPOConfig if algo == "ppo" else jra.ImpalaConfig
     cfg = config(env="CartPole-v1", total_timesteps=500_000, runner=jra.AsyncConfig(lag=1))
-    out = jra.train(cfg, seed=0, progress=False)
-    assert np.nanmean(out.metrics["episode_return"][:3]) < 100
-    assert final_return(out.metrics) >= 450, out.metrics["episode_return"][-20:]
-    assert np.all(out.metrics["staleness"][1:] == 1)
-    if algo == "impala":  # the data is an update old: V-trace's importance weights are at work
-        assert np.abs(out.metrics["rho_mean"][1:] - 1.0).max() > 1e-3
+    finals = []
+    for seed in range(5):
+        out = jra.train(cfg, seed=seed, progress=False)
+        assert np.nanmean(out.metrics["episode_return"][:3]) < 100
+        assert np.all(out.metrics["staleness"][1:] == 1)
+        if algo == "impala":  # the data is an update old: V-trace's importance weights work
+            assert np.abs(out.metrics["rho_mean"][1:] - 1.0).max() > 1e-3
+        finals.append(final_return(out.metrics))
+    assert np.median(finals) >= 450, finals
 
 
 @pytest.mark.timeout(600)

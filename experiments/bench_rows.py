@@ -1,9 +1,9 @@
-"""The learners' network on rows against on the time and env axes: PPO, PQN and IMPALA, A/B.
+"""The learners' network on rows against on the time and env axes: PPO and IMPALA, A/B.
 
     python experiments/bench_rows.py [--envs 32] [--steps 64] [--updates 30] [--repeats 5]
 
-PPO and PQN take each minibatch ``[T/M, B, ...]`` as rows ``[T/M * B, ...]``
-(``algos.base.rows``), IMPALA its trajectory's forward pass through ``on_rows``; the "axes" side
+PPO takes each minibatch ``[T/M, B, ...]`` as rows ``[T/M * B, ...]`` (``algos.base.rows``),
+IMPALA its trajectory's forward pass through ``on_rows``; the "axes" side
 puts the old form back (the same module attributes replaced by the identity) and compiles the
 same ``make_train`` program again in this process. Three ways a program runs: ``plain`` (one
 run jitted, as ``jra.train`` and a sweep's device with one run, ``sweep.vmap_runs``),
@@ -26,7 +26,7 @@ import numpy as np
 
 import jaxrl_async as jra
 
-CONFIGS = {"ppo": jra.PPOConfig, "pqn": jra.PQNConfig, "impala": jra.ImpalaConfig}
+CONFIGS = {"ppo": jra.PPOConfig, "impala": jra.ImpalaConfig}  # PQN: tried, not kept (results.md)
 MODES = {"plain": 1, "vmap1": 1, "vmap8": 8}
 
 

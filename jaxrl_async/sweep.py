@@ -163,7 +163,7 @@ class _Progress:
 def vmap_runs(fn: Callable) -> Callable:
     """``jax.vmap(fn)`` over the runs' leading axis, or for one run ``fn`` on it unbatched (the
     axis given back): one run per device is then ``jra.train``'s program, which XLA:CPU ran
-    1.1-1.9x faster than a vmap of one (docs/results.md)."""
+    1.1-1.25x faster than a vmap of one (docs/results.md)."""
 
     def call(*args: Any) -> Any:
         if jax.tree.leaves(args)[0].shape[0] > 1:

@@ -21,7 +21,6 @@ from jaxrl_async.algos.base import (
     make_optimizer,
     memoryless,
     minibatch_epochs,
-    rows,
 )
 from jaxrl_async.algos.returns import q_lambda_returns
 from jaxrl_async.config import (
@@ -96,7 +95,7 @@ def make_algorithm(cfg: PQNConfig, spec: EnvSpec) -> Algorithm:
         return PQNState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
 
     def loss(params, minibatch):
-        obs, action, target = rows(minibatch)  # [T/M * B, ...]
+        obs, action, target = minibatch  # [T/M, B, ...]
         q = network.apply(params, obs)
         q_taken = jnp.take_along_axis(q, action[..., None].astype(jnp.int32), -1)[..., 0]
         td_loss = 0.5 * jnp.square(q_taken - target).mean()

@@ -222,6 +222,16 @@ def single_side(name: str, num_envs: int = NUM_ENVS, num_updates: int = 976) -> 
     return baseline_train(num_updates, True, None, num_envs), one
 
 
+def sweep_args(seeds: int) -> tuple[list[tuple[float, float]], tuple]:
+    """The sweep's grid points (lr, ent_coef) and the arguments of rejax's and the baseline's
+    vmapped ``train``: lr, ent_coef and key per run ``[points * seeds]``, seeds innermost."""
+    points = [(lr, ent) for lr in GRID["lr"] for ent in GRID["ent_coef"]]
+    lrs = jnp.asarray([p[0] for p in points for _ in range(seeds)], jnp.float32)
+    ents = jnp.asarray([p[1] for p in points for _ in range(seeds)], jnp.float32)
+    keys = jax.vmap(jax.random.key)(jnp.tile(jnp.arange(seeds), len(points)))
+    return points, (lrs, ents, keys)
+
+
 def workload(name: str, repeats: int, seeds: int, num_envs: int = NUM_ENVS,
              num_updates: int | None = None) -> dict:
     num_updates = num_updates or UPDATES[name]
@@ -230,10 +240,7 @@ def workload(name: str, repeats: int, seeds: int, num_envs: int = NUM_ENVS,
                  for side in ("ours", "rejax", "baseline")]
         runs = 1
     else:
-        points = [(lr, ent) for lr in GRID["lr"] for ent in GRID["ent_coef"]]
-        lrs = jnp.asarray([p[0] for p in points for _ in range(seeds)], jnp.float32)
-        ents = jnp.asarray([p[1] for p in points for _ in range(seeds)], jnp.float32)
-        keys = jax.vmap(jax.random.key)(jnp.tile(jnp.arange(seeds), len(points)))
+        points, (lrs, ents, keys) = sweep_args(seeds)
         sides = [OurSweep(ours_cfg(num_updates, anneal=False), seeds),
                  Side("rejax", jax.vmap(rejax_train(num_updates)), (lrs, ents, keys)),
                  Side("baseline", jax.vmap(baseline_train(num_updates, False, orthogonal)),

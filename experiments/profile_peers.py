@@ -59,6 +59,7 @@ from bench_peers import (  # noqa: E402
     ours_cfg,
     rejax_algo,
     single_side,
+    sweep_args,
 )
 from xla_thunks import traced_thunks  # noqa: E402
 
@@ -207,18 +208,15 @@ def peer_programs(runs: int, updates: int) -> dict[str, tuple[Any, tuple]]:
         return {side: (jax.jit(fn), fn_args) for side, (fn, fn_args) in
                 ((s, single_side(s, num_updates=updates)) for s in ("ours", "baseline"))}
     seeds = runs // len(GRID["lr"]) // len(GRID["ent_coef"])
-    points = [(lr, ent) for lr in GRID["lr"] for ent in GRID["ent_coef"]]
+    points, peer_args = sweep_args(seeds)
     cfg = ours_cfg(updates, anneal=False)
     cfgs = sweep_module._stack([dataclasses.replace(cfg, lr=lr, ent_coef=ent)
                                 for lr, ent in points for _ in range(seeds)])
     seed_array = np.asarray([s for _ in points for s in range(seeds)], np.int32)
-    lrs = jnp.asarray([lr for lr, _ in points for _ in range(seeds)], jnp.float32)
-    ents = jnp.asarray([ent for _, ent in points for _ in range(seeds)], jnp.float32)
-    keys = jax.vmap(jax.random.key)(jnp.tile(jnp.arange(seeds), len(points)))
     ours_program = sweep_module._program(1, updates, cfg.log_every, False, ())
     return {"ours": (ours_program, (cfgs, seed_array)),
             "baseline": (jax.jit(jax.vmap(baseline_train(updates, False, orthogonal))),
-                         (lrs, ents, keys))}
+                         peer_args)}
 
 
 def per_update_costs(runs: int, updates: int, repeats: int) -> list[dict]:

@@ -110,8 +110,8 @@ def test_distributions():
     (QNetwork(num_actions=4, torso="cnn", hidden_sizes=(16,)), (6, 6, 2)),
 ])
 def test_on_rows_gives_what_applying_on_time_and_env_axes_gives(network, obs_shape):
-    """The learners apply their networks to ``[T, B, ...]`` through ``on_rows`` (rows
-    ``[T*B, ...]``, reshaped back): the same values and shapes, distributions included."""
+    """``on_rows`` (IMPALA's forward pass: rows ``[T*B, ...]``, reshaped back) gives what the
+    network gives on ``[T, B, ...]``: the same values and shapes, distributions included."""
     obs = jax.random.normal(jax.random.key(1), (7, 3, *obs_shape))  # [T, B, ...]
     params = init_params(network, jax.random.key(0), obs[0, 0])
     direct = network.apply(params, obs)

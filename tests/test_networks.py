@@ -59,6 +59,23 @@ def test_init_params_gives_scaled_orthogonal_kernels(torso, obs):
         np.testing.assert_allclose(a[1], b, atol=1e-6)
 
 
+
+def test_init_params_stream_is_unchanged():
+    """A few kernel entries of seed 0, as every earlier version drew them (the normal draw
+    became one flat draw to compile faster: the same numbers). Rounding may differ between
+    jax versions; a changed stream would not be near these."""
+    net = ActorCritic(True, 3, "mlp")
+    params = jax.jit(lambda k: init_params(net, k, jnp.zeros(4)))(jax.random.key(0))["params"]
+    expected = {("actor_torso", "Dense_0"): [-0.37844986, 0.26410297, -0.08422489],
+                ("critic_torso", "Dense_1"): [-0.06373539, -0.06372110, 0.12237106],
+                ("value_head",): [0.06839749, -0.17151332, 0.02741262]}
+    for path, values in expected.items():
+        kernel = params
+        for name in path:
+            kernel = kernel[name]
+        np.testing.assert_allclose(np.asarray(kernel["kernel"]).ravel()[[0, 1, -1]], values,
+                                   atol=1e-5, err_msg=str(path))
+
 @pytest.mark.timeout(120)
 def test_vmapped_orthogonal_init_in_two_threads_does_not_deadlock():
     """Regression for the XLA:CPU batched-QR deadlock (docs/design.md): this exact program with

@@ -6,7 +6,7 @@ import numpy as np
 
 from jaxrl_async.algos.base import Algorithm, memoryless
 from jaxrl_async.envs import make_env
-from jaxrl_async.rollout import reset, rollout
+from jaxrl_async.rollout import reset, rollout, step_keys
 
 
 def counting_algorithm(recurrent: bool) -> Algorithm:
@@ -67,3 +67,15 @@ def test_recurrent_memory_resets_at_episode_start():
             if t > 0:
                 assert memory[t, b] == count
             count = 1 if first[t, b] else count + 1
+
+
+def test_step_keys_are_split_of_fold_in_step_then_env():
+    """The flat form ``step_keys`` hashes in gives, for every step t and env b, exactly
+    ``split(fold_in(fold_in(key, t), env_id[b]))``: the stream runs have always used."""
+    key, env_id, num_steps = jax.random.key(3), jnp.array([5, 0, 17]), 4
+    keys = jax.random.key_data(jax.jit(step_keys, static_argnums=1)(key, num_steps, env_id))
+    assert keys.shape[:3] == (num_steps, 3, 2)
+    for t in range(num_steps):
+        for b, e in enumerate(env_id):
+            expected = jax.random.split(jax.random.fold_in(jax.random.fold_in(key, t), e))
+            np.testing.assert_array_equal(keys[t, b], jax.random.key_data(expected))

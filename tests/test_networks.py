@@ -59,7 +59,6 @@ def test_init_params_gives_scaled_orthogonal_kernels(torso, obs):
         np.testing.assert_allclose(a[1], b, atol=1e-6)
 
 
-
 def test_init_params_stream_is_unchanged():
     """A few kernel entries of seed 0, as every earlier version drew them (the normal draw
     became one flat draw to compile faster: the same numbers). Rounding may differ between
@@ -75,6 +74,7 @@ def test_init_params_stream_is_unchanged():
             kernel = kernel[name]
         np.testing.assert_allclose(np.asarray(kernel["kernel"]).ravel()[[0, 1, -1]], values,
                                    atol=1e-5, err_msg=str(path))
+
 
 @pytest.mark.timeout(120)
 def test_vmapped_orthogonal_init_in_two_threads_does_not_deadlock():

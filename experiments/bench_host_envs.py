@@ -27,6 +27,12 @@ Figures per case (SPS: env steps per second):
   GIL), of this whole process (``process_cpu_us_per_step``: with XLA's threads) and of the worker
   processes (``worker_cpu_us_per_step``, the envs' own work included), and ``cpu_bound_sps`` =
   cores / (process + workers): the most the cores allow for this path, even on an idle machine;
+- ``policy_alone_sps``: the policy calls alone (one group's observations, no envs stepping);
+  ``shared_cores_sps`` = 1 / (1 / limit + 1 / policy_alone_sps) for envs that use the cores
+  (EnvPool, spin; ``null`` for waiting envs): the most collection reaches where the envs and
+  the policy take the same cores one after another (EnvPool's raw rate already uses every core,
+  and on a CPU the Nature CNN's forward takes them too), and ``collect_of_shared_cores``
+  collection against it;
 - ``learner_sps``: updates alone on one fixed batch;
 - ``blocking_sps``: rollout, update, params copy, one after another, the envs stepped the same
   parallel way (so ``speedup`` = pipeline / blocking measures the overlap alone);
@@ -182,6 +188,14 @@ class Rig:
             self.batcher.policy = policy
         return self.cfg.steps_per_update / t
 
+    def policy_alone(self, budget_s: float) -> float:
+        """SPS of the policy calls alone (one group's observations, no env stepping)."""
+        b, part = self.batcher, self.env.group(0)
+        keys = np.asarray(b.keys(self.run_key, np.int32(0), b.stream.env_id))[0, part]
+        obs = b.builder.obs[0, part]
+        t, _ = timed(lambda _: np.asarray(b.policy(self.params, obs, keys)), budget_s, least=5)
+        return self.env.group_size / t
+
     def update(self, _: int) -> None:
         jax.block_until_ready(self.programs.learner.learner(self.state, (self.batch,))[0])
 
@@ -235,10 +249,13 @@ def run_case(case: str, args: argparse.Namespace) -> dict:
             limit, kind = cfg.num_envs / (row["latency_ms"] / 1000), "num_envs / latency"
         collect = rig.collect(args.budget_s)
         no_policy = rig.collect_no_policy(args.budget_s)
+        policy_alone = rig.policy_alone(args.budget_s / 2)
         t_update, _ = timed(rig.update, args.budget_s, most=args.max_updates)
         t_block, _ = timed(rig.blocking, args.budget_s, most=args.max_updates)
     finally:
         rig.env.close()
+    # envs that use the cores (EnvPool, spin) and the policy share them; waiting envs do not
+    shared = None if case.startswith("sleep:") else 1 / (1 / limit + 1 / policy_alone)
     batch = cfg.steps_per_update
     per_update = max(batch / collect["collect_sps"], t_update)
     n = int(np.clip(args.budget_s / per_update, 4, args.max_updates))
@@ -249,7 +266,9 @@ def run_case(case: str, args: argparse.Namespace) -> dict:
         **row, "num_envs": cfg.num_envs, "num_steps": cfg.num_steps,
         "groups": rig.env.groups, "workers": len(getattr(rig.env, "owned", [])) or None,
         "cores": cores, "env_limit_sps": limit, "limit": kind,
-        **collect, "collect_sps_no_policy": no_policy,
+        **collect, "collect_sps_no_policy": no_policy, "policy_alone_sps": policy_alone,
+        "shared_cores_sps": shared,
+        "collect_of_shared_cores": shared and collect["collect_sps"] / shared,
         "collect_of_limit": collect["collect_sps"] / limit,
         "learner_sps": batch / t_update, "blocking_sps": batch / t_block,
         "sps": sps, "of_limit": sps / limit, "of_collect": sps / collect["collect_sps"],

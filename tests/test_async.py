@@ -257,6 +257,23 @@ def test_packing_is_exact():
         np.testing.assert_array_equal(leaf, tree[name])
 
 
+
+def test_a_packed_rollout_reaches_a_cpu_learner_without_a_copy(devices):
+    # A host rollout of Atari frames is tens of MB: copying it to the learner device held the
+    # actor (and its envs) for as long as the pack itself (docs/results.md).
+    from jaxrl_async.runners import host_trajectory
+
+    tree = {"frames": np.ones((3, 5, 7), np.uint8), "x": np.arange(6, dtype=np.float32)}
+    packing = placement.Packing.of(tree)
+    where = placement.layout(ppo(dict(actor_devices=1, learner_devices=1)), devices[:2])
+    for _ in range(8):  # whatever the allocator hands out
+        host = host_trajectory.pack_numpy(packing, tree)
+        batch = placement.to_learner([host], where)
+        assert batch.devices() == {devices[1]}
+        assert batch.addressable_data(0).unsafe_buffer_pointer() == host.ctypes.data
+        np.testing.assert_array_equal(batch, jax.jit(packing.pack)(tree))
+
+
 # --------------------------------------------------------------------------- learning
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("algo", ["ppo", "impala"])

@@ -3,7 +3,8 @@ in place into ``[T, B, ...]`` numpy buffers, finished as a ``Trajectory`` in the
 format (``rollout.rollout``) and handed to the pipeline as one packed vector per learner device.
 
 The buffers are allocated once per stream and reused by every rollout: a finished trajectory
-is packed (``pack_numpy``, a copy) before the next rollout writes over it. ``obs`` has one row
+is packed (``pack_numpy``: one copy, into a new 64-byte-aligned vector that a CPU learner
+then uses in place) before the next rollout writes over it. ``obs`` has one row
 more than the trajectory, ``obs[T]``: the observations the next rollout starts from.
 """
 
@@ -29,25 +30,39 @@ from jaxrl_async.runners.placement import (
     words,
 )
 
+ALIGN_BYTES = 64
+"""Alignment of a packed vector's data: XLA:CPU takes a host buffer this aligned as it is,
+so ``jax.device_put`` to a CPU device then costs no copy."""
+
+
+def aligned_words(n: int) -> np.ndarray:
+    """A new ``uint32`` vector of ``n`` words whose data starts ``ALIGN_BYTES``-aligned."""
+    raw = np.empty(n + ALIGN_BYTES // 4, np.uint32)
+    start = (-raw.ctypes.data % ALIGN_BYTES) // 4
+    return raw[start:start + n]
+
 
 def pack_numpy(packing: Packing, tree: Any) -> np.ndarray:
-    """``packing.pack(tree)`` with numpy on the host, bit for bit: one flat ``uint32`` vector."""
+    """``packing.pack(tree)`` with numpy on the host, bit for bit: one flat ``uint32`` vector,
+    each leaf copied once into a new aligned vector (``aligned_words``), which the caller hands
+    on and never writes again: a CPU device may use it in place."""
     leaves, treedef = jax.tree.flatten(tree)
     if treedef != packing.treedef:
         raise ValueError(f"structure {treedef} does not match the packing's {packing.treedef}")
-    flat = []
+    flat, offset = aligned_words(packing.size), 0
     for x, want in zip(leaves, packing.leaves):
         x = np.asarray(x)
         if x.shape != want.shape or x.dtype != want.dtype:
             raise ValueError(f"leaf {x.dtype}{list(x.shape)} does not match the packing's "
                              f"{want.dtype}{list(want.shape)}")
-        if is_bytes(x.dtype):  # four to a word, as Packing.pack
-            x = np.pad(x.ravel(), (0, -x.size % 4))
-            flat.append(np.ascontiguousarray(x).view(np.uint32))
-            continue
-        wide = np.dtype(wide_dtype(x.dtype))
-        flat.append(np.ascontiguousarray(x, dtype=wide).view(np.uint32).ravel())
-    return np.concatenate(flat)
+        n, w = x.size, words(want)
+        if is_bytes(x.dtype):  # four to a word, as Packing.pack, the pad bytes zero
+            flat[offset:offset + w][-1:] = 0
+            flat[offset:offset + w].view(x.dtype)[:n].reshape(x.shape)[...] = x
+        else:
+            flat[offset:offset + n].view(np.dtype(wide_dtype(x.dtype))).reshape(x.shape)[...] = x
+        offset += w
+    return flat
 
 
 def unpack_numpy(packing: Packing, flat: np.ndarray) -> Any:

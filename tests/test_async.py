@@ -257,7 +257,6 @@ def test_packing_is_exact():
         np.testing.assert_array_equal(leaf, tree[name])
 
 
-
 def test_a_packed_rollout_reaches_a_cpu_learner_without_a_copy(devices):
     # A host rollout of Atari frames is tens of MB: copying it to the learner device held the
     # actor (and its envs) for as long as the pack itself (docs/results.md).

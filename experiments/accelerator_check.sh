@@ -30,6 +30,10 @@
 #    covers the whole script, install included: a step with no time left is skipped and says
 #    so. JAXRL_ACCEL_STEPS=a,b runs only those (names: --list). --gpus N: skipped with fewer.
 #    JAXRL_ACCEL_INSTALL=skip uses $PYTHON as it is (it must import jaxrl_async already).
+#    atari_ppo (last: CleanRL's PPO on EnvPool Pong, experiments/reproduce --suite atari, 10M
+#    steps; JAXRL_ACCEL_PONG_STEPS=N trains N) needs the envpool extra
+#    (JAXRL_ACCEL_EXTRAS=bench,envpool) and more than the default budget: run it alone with
+#    JAXRL_ACCEL_STEPS=atari_ppo JAXRL_ACCEL_BUDGET_S=700.
 # --dry-run stops after steps 1 and the choice of 2, printing the plan as one JSON line; --list
 # prints the steps (NAME SECONDS) and stops.
 set -euo pipefail
@@ -70,6 +74,7 @@ steps() {
     step async_1gpu 120 env CUDA_VISIBLE_DEVICES="$FIRST_GPU" "$PY" experiments/bench_async.py --rounds "$(size 3 1)" --updates "$(size 50 5)"
     step async_2gpu 120 --gpus 2 "$PY" experiments/bench_async.py --rounds 3 --updates 50
     step pbt 300 "$PY" experiments/bench_pbt.py --population "$(size 64 4)" --seeds 1 --total-timesteps "$(size 100352 4096)" --ready-every "$(size 10 2)"
+    step atari_ppo 600 sh -c '"$0" -m experiments.reproduce --suite atari --seeds 1 --budget "$1" --out "$2" | grep "^{" | tail -n 1' "$PY" "$(size "${JAXRL_ACCEL_PONG_STEPS:-9999360}" 2048)" "$LOG/reproduce_atari"
 }
 size() { if (( CPU )); then echo "$2"; else echo "$1"; fi; }
 

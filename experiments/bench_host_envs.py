@@ -10,10 +10,12 @@ A case is ``sleep:<ms>:<envs>`` (gymnasium CartPole whose step waits ``ms``, rel
 ``jaxrl_async/envs/latency.py``), ``spin:<ms>:<envs>`` (the step computes in Python for ``ms``,
 CPU-bound: host worker threads 1) or ``envpool:<id>:<envs>`` (EnvPool, needs the extra). Gymnasium
 cases train PPO (MLP, 1 epoch, 1 minibatch: the update is cheap, the envs are the slower side),
-EnvPool cases IMPALA with the Nature CNN (on a CPU the update is the slower side). Every case uses
-the default host path (workers by ``host_actors.stream_workers``' rule: the cores, at least one
-per 16 env lanes; groups by ``host_batcher.groups``'; one policy call per group per step)
-unless ``--groups``/``--workers`` set them.
+EnvPool Atari cases IMPALA with the Nature CNN (on a CPU the update is the slower side), EnvPool
+MuJoCo cases CleanRL's continuous PPO (``ppo_continuous_action.py``: 2048-step batches of
+``envs x 2048 / envs`` steps, 10 epochs of 32 minibatches, observations and rewards
+normalised). Every case uses the default host path (workers by ``host_actors.stream_workers``'
+rule: the cores, at least one per 16 env lanes; groups by ``host_batcher.groups``'; one policy
+call per group per step) unless ``--groups``/``--workers`` set them.
 
 Figures per case (SPS: env steps per second):
 
@@ -70,19 +72,29 @@ from jaxrl_async.runners.host_trajectory import pack_numpy  # noqa: E402
 jra.use_compile_cache("off")  # compile times here are cold ones (docs/results.md)
 
 DEFAULT_CASES = ["sleep:1:64", "sleep:5:64", "sleep:20:64", "sleep:20:256", "spin:2:64",
-                 "envpool:Pong-v5:64"]
+                 "envpool:Pong-v5:64", "envpool:HalfCheetah-v4:1", "envpool:HalfCheetah-v4:8"]
 
 
 def case_config(case: str, args: argparse.Namespace) -> tuple[Any, dict]:
     """The config of a case, and what describes it."""
     kind, value, envs = case.split(":")
     num_envs = int(envs)
-    if kind == "envpool":
+    if kind == "envpool" and env_spec(f"envpool:{value}").discrete:
         cfg = jra.ImpalaConfig(env=f"envpool:{value}", num_envs=num_envs,
                                num_steps=args.atari_steps, log_every=10,
                                total_timesteps=num_envs * args.atari_steps,
                                runner=jra.AsyncConfig(lag=1, host_groups=args.groups))
         return cfg, {"case": case, "env": cfg.env, "algo": "impala", "torso": "nature"}
+    if kind == "envpool":  # MuJoCo: CleanRL's continuous PPO, 2048-step batches
+        steps = max(1, 2048 // num_envs)
+        cfg = jra.PPOConfig(env=f"envpool:{value}", num_envs=num_envs, num_steps=steps,
+                            num_minibatches=32 if steps % 32 == 0 else 1, update_epochs=10,
+                            ent_coef=0.0, lr=3e-4, normalize_obs=True, normalize_reward=True,
+                            minibatch_layout="sample", log_every=10,
+                            total_timesteps=num_envs * steps,
+                            runner=jra.AsyncConfig(lag=1, host_groups=args.groups))
+        return cfg, {"case": case, "env": cfg.env, "algo": "ppo", "torso": "mlp",
+                     "normalized": True}
     if kind not in ("sleep", "spin"):
         raise SystemExit(f"--cases: {case!r}: the kind must be sleep, spin or envpool")
     from jaxrl_async.envs.latency import waiting_cartpole_id
@@ -127,7 +139,7 @@ class Rig:
     def __init__(self, cfg: Any):
         self.cfg = cfg
         self.where = placement.layout(cfg, jax.local_devices())
-        spec = env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
+        spec = host_actors.learning_spec(cfg)
         self.programs = host_actors.compile_host_programs(cfg, make_algorithm(cfg, spec), spec,
                                                           self.where)
         state = self.programs.learner.init(jax.random.key(0))
@@ -224,10 +236,15 @@ def envpool_raw(cfg: Any, budget_s: float) -> float:
     pool = envpool.make(name, env_type="gymnasium", num_envs=cfg.num_envs, seed=0)
     try:
         pool.reset()
-        rng = np.random.default_rng(0)
-        n = pool.action_space.n
-        t, _ = timed(lambda _: pool.step(rng.integers(0, n, cfg.num_envs).astype(np.int32)),
-                     budget_s, least=5)
+        rng, space = np.random.default_rng(0), pool.action_space
+        if hasattr(space, "n"):  # discrete (Atari)
+            def act():
+                return rng.integers(0, space.n, cfg.num_envs).astype(np.int32)
+        else:  # continuous (MuJoCo): uniform in the bounds
+            def act():
+                return rng.uniform(space.low, space.high,
+                                   (cfg.num_envs, *space.shape)).astype(np.float32)
+        t, _ = timed(lambda _: pool.step(act()), budget_s, least=5)
     finally:
         pool.close()
     return cfg.num_envs / t

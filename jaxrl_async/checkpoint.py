@@ -21,6 +21,7 @@ by taking the restored state as ``run(cfg, key, callbacks, state=restored)``.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from pathlib import Path
 from typing import Any
@@ -250,6 +251,10 @@ def config_differences(saved: dict, cfg: Any, *, budget_may_differ: bool = False
     now = to_dict(cfg)
     ignore = set(getattr(cfg, "io_fields", ())) | ({"total_timesteps"} if budget_may_differ
                                                     else set())
+    # a field newer than the saved config held its default there (as the run trained)
+    defaults = {f.name: list(f.default) if isinstance(f.default, tuple) else f.default
+                for f in dataclasses.fields(cfg) if f.name not in saved}
+    saved = {**defaults, **saved}
     keys = (saved.keys() | now.keys()) - ignore
     return [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(keys)
             if saved.get(k) != now.get(k)]

@@ -35,7 +35,7 @@ from jaxrl_async.cli_parsers import (  # noqa: F401 - the parsers, importable fr
     sweep_parser,
     train_parser,
 )
-from jaxrl_async.config import AsyncConfig
+from jaxrl_async.config import AsyncConfig, SyncConfig
 
 
 def wants_distributed(args: argparse.Namespace) -> bool:
@@ -51,12 +51,31 @@ def join_distributed(args: argparse.Namespace) -> None:
     distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
 
 
+def runner_of(args: argparse.Namespace, base: Any = None) -> str:
+    """The runner the flags ask for: ``--runner``, else the base config's, else the one the env
+    needs: async for a host env (``--env gymnasium:...``, also over a base config whose runner
+    is the default ``SyncConfig()``), sync otherwise."""
+    given = getattr(args, "runner", None)
+    if given is not None:
+        return given
+    env = getattr(args, "env", None)
+    if env is None:
+        if base is not None:
+            return base.runner.name
+        cls = algo_configs()[args.algo]
+        env = next(f.default for f in dataclasses.fields(cls) if f.name == "env")
+    from jaxrl_async.envs.host import is_host_env
+
+    if base is not None and base.runner != SyncConfig():
+        return base.runner.name
+    return "async" if is_host_env(env) else "sync"
+
+
 def config_from_args(args: argparse.Namespace, base: Any = None) -> Any:
     """Build (and so validate) the config the parsed flags describe; with ``base``, the flags
     given change that config."""
     values = vars(args)
-    default_runner = base.runner.name if base is not None else "sync"
-    runner_name = values.get("runner", default_runner)
+    runner_name = runner_of(args, base)
     runner_cls = runner_configs()[runner_name]
     runner_fields = {f.name for f in dataclasses.fields(runner_cls)}
     other_runner_fields = {
@@ -85,7 +104,7 @@ def cpu_devices_for_roles(args: argparse.Namespace, base: Any = None) -> None:
     """``--runner async``: on a CPU, give each role its own (forced) CPU device, unless
     XLA_FLAGS already sets a count. Must run before JAX starts its backend; the flag only
     concerns the CPU platform, so it changes nothing where JAX runs on an accelerator."""
-    if getattr(args, "runner", base.runner.name if base is not None else "sync") != "async":
+    if runner_of(args, base) != "async":
         return
     resumed = base is not None and base.runner.name == "async"
     defaults = base.runner if resumed else AsyncConfig()

@@ -103,7 +103,8 @@ def _config_parser(prog: str, description: str, algo: str,
     parser.add_argument("--algo", choices=sorted(algo_configs()), default=algo,
                         help=f"algorithm (default: {algo!r})")
     parser.add_argument("--runner", choices=sorted(runner_configs()), default=argparse.SUPPRESS,
-                        help="runner (default: 'sync')")
+                        help="runner (default: 'async' for a host env, gymnasium:<id> or "
+                             "envpool:<id>; else 'sync')")
     add_fields(parser.add_argument_group(f"{algo} options"), algo_configs()[algo],
                ("runner", *skip))
     for name, cls in runner_configs().items():

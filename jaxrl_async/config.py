@@ -157,7 +157,18 @@ class TrainConfig:
     gamma: float = hyper(0.99, in_range(0.0, 1.0))
     """Discount factor."""
     normalize_obs: bool = static(False, boolean)
-    """Standardise observations with running statistics (kept in the env state)."""
+    """Standardise observations with running statistics, then clip them to +-obs_clip. Device
+    envs: statistics of all envs, frozen within a rollout and merged once per rollout; host
+    envs: per env, updated every step, the numbers of gymnasium's NormalizeObservation around
+    each env (docs/envs.md)."""
+    normalize_reward: bool = static(False, boolean)
+    """Scale rewards by the running standard deviation of each env's discounted return (gamma),
+    then clip them to +-reward_clip: gymnasium's NormalizeReward (docs/envs.md). Episode
+    returns in the metrics stay raw."""
+    obs_clip: float = hyper(10.0, positive)
+    """normalize_obs: the bound normalised observations are clipped to (CleanRL's 10)."""
+    reward_clip: float = hyper(10.0, positive)
+    """normalize_reward: the bound normalised rewards are clipped to (CleanRL's 10)."""
     torso: str = static("auto", one_of("auto", "mlp", "cnn", "nature"))
     """Network torso: mlp, cnn (MinAtar-style), nature (the Nature-DQN CNN on stacked frames
     [F, H, W], e.g. Atari's [4, 84, 84]; uint8 frames are scaled inside the network), or auto
@@ -166,8 +177,9 @@ class TrainConfig:
     """Hidden layer sizes of the MLP (or the dense layers after the CNN)."""
     activation: str = static("tanh", one_of("tanh", "relu", "gelu", "silu"))
     """Hidden activation."""
-    runner: Any = static(SyncConfig())
-    """Runner: SyncConfig(...) or AsyncConfig(...)."""
+    runner: Any = static(None)
+    """Runner: SyncConfig(...) or AsyncConfig(...); None (the default): AsyncConfig() for a
+    host env (gymnasium:<id>, envpool:<id>), else SyncConfig()."""
     log_every: int = static(10, positive_int)
     """Updates between metric fetches to the host (progress bar, sinks)."""
     grad_accum_steps: int = static(1, positive_int)
@@ -240,6 +252,9 @@ class TrainConfig:
     def validate(self) -> None:
         from jaxrl_async.envs import check_env_id, env_spec, is_host_env
 
+        if self.runner is None:  # the runner that can run the env (frozen: set once, here)
+            object.__setattr__(self, "runner",
+                               AsyncConfig() if is_host_env(self.env) else SyncConfig())
         try:
             check_env_id(self.env)
         except ValueError as e:
@@ -273,9 +288,11 @@ class TrainConfig:
                  f"must be divisible by runner.num_devices = {self.runner.num_devices}")
         if is_host_env(self.env):
             if self.runner.name != "async":
-                fail(self, "runner", f"must be AsyncConfig(...) for the host env {self.env!r} "
-                     "(host envs are stepped by actor threads; the sync runner runs the envs "
-                     "inside one JAX program)")
+                fail(self, "runner", f"must be AsyncConfig(...) for the host env {self.env!r}, "
+                     "or left out, which picks it (jaxrl-async: --runner async or no "
+                     "--runner): host envs step in worker processes or EnvPool's threads and "
+                     "the async runner's host actors act on them; the sync runner steps its "
+                     "envs inside one JAX program")
             per_stream = self.num_envs // self.runner.num_streams
             if self.runner.host_groups > 256:
                 fail(self, "runner", f"host_groups={self.runner.host_groups} must be at most 256 "
@@ -283,13 +300,6 @@ class TrainConfig:
             if self.runner.host_groups and per_stream % self.runner.host_groups:
                 fail(self, "runner", f"host_groups={self.runner.host_groups} must divide each "
                      f"actor stream's {per_stream} host envs (num_envs / streams)")
-            if self.normalize_obs:
-                fail(self, "normalize_obs", f"is not supported for the host env {self.env!r} "
-                     "(wrap the gymnasium env in gymnasium.wrappers.NormalizeObservation and "
-                     "register it under a new id instead)")
-            if self.checkpoint_every:
-                fail(self, "checkpoint_every", f"must be 0 for the host env {self.env!r} (its "
-                     "env states live in Python objects, outside the checkpointable run state)")
         if self.eval_every and is_host_env(self.env):
             fail(self, "eval_every", f"must be 0 for the host env {self.env!r} (evaluation runs "
                  "inside the compiled program, on device envs); use jra.evaluate afterwards")

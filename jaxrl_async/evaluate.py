@@ -5,7 +5,9 @@
 logits, the Gaussian mean) through the algorithm's ``eval_act``. For a config with
 ``normalize_obs`` the observations are standardised with the training statistics, frozen: pass
 the training state (a ``TrainResult`` or ``RunState``) instead of bare params, or
-``obs_moments=``. ``save_gif`` records one episode for envs gymnax can draw.
+``obs_moments=``. ``save_gif`` records one episode for envs gymnax can draw. Host envs
+(``gymnasium:<id>``, ``envpool:<id>``) are evaluated the same way on fresh host envs
+(``evaluate_host``), and drawn where gymnasium renders them.
 """
 
 from __future__ import annotations
@@ -18,18 +20,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_async import evaluate_host
 from jaxrl_async.algos import make_algorithm
 from jaxrl_async.config_fields import check_seed
-from jaxrl_async.envs import RunningMoments, make_env, normalize
+from jaxrl_async.envs import RunningMoments, is_host_env, make_env, normalize
+from jaxrl_async.envs.host_normalize import pooled
 from jaxrl_async.rollout import env_keys, eval_policy, run_episodes
+from jaxrl_async.runners.host_actors import HostEnvState, learning_spec
 from jaxrl_async.runners.state import RunState, TrainResult
 
 
 def obs_moments(state: RunState) -> RunningMoments | None:
-    """The observation-normalisation statistics of a run state (merged over every shard), if
-    any."""
+    """The observation-normalisation statistics of a run state (merged over every shard; a
+    host-env run's pooled over its envs), if any."""
     if getattr(state, "obs_moments", ()) != ():
         return state.obs_moments
+    if isinstance(state.env, HostEnvState):
+        normalizer = state.env.normalizer
+        return None if normalizer == () or normalizer.obs == () else pooled(normalizer.obs)
     env_state = state.env.env_state
     if not hasattr(env_state, "moments"):
         return None
@@ -48,8 +56,17 @@ def _split(source: Any, cfg: Any, moments: RunningMoments | None):
 
 @functools.cache
 def _env_algo(cfg: Any):
+    """(env, algorithm) of a device env's config; (its spec, algorithm) of a host env's."""
+    if is_host_env(cfg.env):
+        spec = learning_spec(cfg)
+        return spec, make_algorithm(cfg, spec)
     env = make_env(cfg.env, flatten_obs=cfg.flatten_obs, normalize_obs=False)
     return env, make_algorithm(cfg, env.spec)
+
+
+def _spec(cfg: Any):
+    env = _env_algo(cfg)[0]
+    return env if is_host_env(cfg.env) else env.spec
 
 
 def _check_greedy(cfg: Any, greedy: bool) -> None:
@@ -64,7 +81,8 @@ def _program(cfg: Any, num_episodes: int, greedy: bool, max_steps: int):
     _check_greedy(cfg, greedy)
 
     def run(params, moments, key):
-        observe = None if moments is None else (lambda obs: normalize(obs, moments))
+        observe = None if moments is None else (lambda obs: normalize(obs, moments,
+                                                                       cfg.obs_clip))
         ids = jnp.arange(num_episodes, dtype=jnp.int32)
         return run_episodes(env, algo, params, key, ids, greedy, max_steps, observe)
 
@@ -103,11 +121,16 @@ def evaluate(
                          "result.state) instead of bare params, or obs_moments=...")
     if not cfg.normalize_obs:
         moments = None
-    spec = _env_algo(cfg)[0].spec
-    max_steps = max_steps or spec.max_episode_steps or 10_000
-    program = _program(cfg, int(num_episodes), bool(greedy), int(max_steps))
+    max_steps = max_steps or _spec(cfg).max_episode_steps or 10_000
     key = jax.random.key(seed) if key is None else key
-    returns, lengths, done = jax.device_get(program(params, moments, key))
+    if is_host_env(cfg.env):
+        _check_greedy(cfg, greedy)
+        returns, lengths, done = evaluate_host.run_host_episodes(
+            cfg, _env_algo(cfg)[1], params, moments, int(num_episodes), bool(greedy), key,
+            int(max_steps))
+    else:
+        program = _program(cfg, int(num_episodes), bool(greedy), int(max_steps))
+        returns, lengths, done = jax.device_get(program(params, moments, key))
     return {
         "returns": np.asarray(returns), "lengths": np.asarray(lengths),
         "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
@@ -127,10 +150,13 @@ MATPLOTLIB_DRAWN = ("Catch-bsuite", "Asterix-MinAtar", "Breakout-MinAtar", "Free
 
 def check_renderer(env_id: str) -> None:
     """``ValueError`` (one line) unless ``save_gif`` can draw ``env_id`` here: gymnax draws
-    the envs above, the classic-control ones only with pygame (the ``render`` extra)."""
+    the envs above, the classic-control ones only with pygame (the ``render`` extra); a host
+    env: gymnasium's that render ``rgb_array`` (``evaluate_host.check_host_renderer``)."""
     import importlib.util
 
-    if env_id in GYMNASIUM_DRAWN:
+    if is_host_env(env_id):
+        evaluate_host.check_host_renderer(env_id)
+    elif env_id in GYMNASIUM_DRAWN:
         if importlib.util.find_spec("pygame") is None:
             raise ValueError(f"a GIF of {env_id} needs pygame, which is not installed: "
                              'pip install -e ".[render]" (the render extra)')
@@ -160,6 +186,12 @@ def save_gif(
     import gymnax
 
     check_renderer(cfg.env)
+    if is_host_env(cfg.env):
+        _check_greedy(cfg, greedy)
+        params, moments = _split(params, cfg, obs_moments)
+        return evaluate_host.save_host_gif(cfg, _env_algo(cfg)[1], params,
+                                           moments if cfg.normalize_obs else None, path,
+                                           greedy, check_seed(seed), max_frames)
 
     # pygame (classic control) draws off-screen: no sound, no window (without these SDL
     # probes the desktop and prints a line per frame on a headless machine)
@@ -176,7 +208,7 @@ def save_gif(
 
     @jax.jit
     def act(params, obs, key):
-        obs = obs if moments is None else normalize(obs, moments)
+        obs = obs if moments is None else normalize(obs, moments, cfg.obs_clip)
         return policy(params, obs[None], key[None], (), jnp.ones(1, bool))[0][0]
 
     inner = _gymnax_state  # the raw gymnax state under our wrappers

@@ -155,7 +155,7 @@ def _exploit(schedule: Schedule, space: Space, key: jax.Array, k: jax.Array, kee
         impl=jax.random.key_impl(states.key))
     env = states.env
     if moments != ():  # normalize_obs: a copy acts with its source's statistics from now on
-        acting = jax.vmap(with_moments)(env, moments)
+        acting = jax.vmap(with_moments)(env, moments, cfgs.obs_clip)
         env = jax.tree.map(lambda a, b: jnp.where(
             replaced.reshape(-1, *([1] * (a.ndim - 1))), a, b), acting, env)
     states = states._replace(learner=learner, obs_moments=moments, key=new_keys, env=env)

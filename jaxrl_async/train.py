@@ -18,7 +18,7 @@ from jaxrl_async.algos import from_dict
 from jaxrl_async.checkpoint import CheckpointError
 from jaxrl_async.config import to_dict
 from jaxrl_async.config_fields import check_seed
-from jaxrl_async.envs import env_spec, is_host_env
+from jaxrl_async.envs import env_spec
 from jaxrl_async.runners import sync
 from jaxrl_async.runners.state import (
     Callbacks,
@@ -178,7 +178,7 @@ def train(
             writers.append(sinks.TensorBoardSink(run_dir / "tensorboard"))
         if jax.process_count() > 1:  # the env states live on every process: a save needs them
             warnings.warn("checkpoints are not written in multi-process runs yet", stacklevel=2)
-        elif not is_host_env(cfg.env):  # host env states live in Python objects: no checkpoint
+        else:
             writers.append(checkpoint.CheckpointSink(run_dir, cfg))
     if progress:
         writers.append(sinks.ProgressBar(cfg.num_updates * cfg.steps_per_update,

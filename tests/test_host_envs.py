@@ -6,7 +6,6 @@ every test that starts threads has a timeout."""
 
 import dataclasses
 import json
-import multiprocessing
 import os
 import re
 import signal
@@ -28,7 +27,7 @@ from jaxrl_async.algos import make_algorithm
 from jaxrl_async.config import to_dict
 from jaxrl_async.envs import EnvSpec, VecEnv, env_spec, make_env, make_host_env
 from jaxrl_async.envs.host import InlineVecEnv
-from jaxrl_async.envs.host_workers import WorkerVecEnv, default_workers
+from jaxrl_async.envs.host_workers import WorkerVecEnv, default_workers, live_workers
 from jaxrl_async.envs.wrappers import EpisodeStatistics
 from jaxrl_async.rollout import EnvCarry, rollout
 from jaxrl_async.runners import host_actors, host_batcher, host_trajectory, placement
@@ -302,8 +301,9 @@ def test_a_seed_reproduces_a_run_whatever_the_vectorization():
                                       other.metrics["episode_return"])
     np.testing.assert_array_equal(one.metrics["staleness"], [0, 1, 1, 1, 1, 1])
     assert one.timing["env_steps_collected"] == 6 * 4 * 16
-    assert one.state.env.shape == (4,) and one.state.env.dtype == jnp.uint32  # the env seeds
-    assert runner_threads() == [] and multiprocessing.active_children() == []
+    seeds = one.state.env.seeds  # the envs' reset seeds; nothing normalised
+    assert seeds.shape == (4,) and seeds.dtype == jnp.uint32 and one.state.env.normalizer == ()
+    assert runner_threads() == [] and live_workers() == []
 
 
 # --------------------------------------------------------------------------- failure
@@ -316,7 +316,7 @@ def test_an_env_that_raises_reaches_the_caller(mode):
     with pytest.raises(RuntimeError, match="env exploded at step 25"):
         runners.run(cfg, jax.random.key(0), devices=jax.local_devices()[:2])
     assert no_threads_left(threads_before)
-    assert multiprocessing.active_children() == []  # the env workers are gone
+    assert live_workers() == []  # the env workers are gone
 
 
 @pytest.mark.timeout(120)
@@ -331,7 +331,7 @@ def test_a_hung_env_is_an_error_naming_it_and_no_worker_remains():
             r"\[0\] of 2 did not answer \(worker pids \[\d+\], terminated\)")) as hung:
         runners.run(cfg, jax.random.key(0), devices=jax.local_devices()[:2])
     assert no_threads_left(threads_before)
-    assert multiprocessing.active_children() == []
+    assert live_workers() == []
     for pid in map(int, re.findall(r"\d+", str(hung.value).split("worker pids")[1])):
         with pytest.raises(ProcessLookupError):  # terminated and reaped
             os.kill(pid, 0)
@@ -360,7 +360,7 @@ def test_worker_envs_step_as_the_same_envs_inline(threads):
     finally:
         workers.close()
         inline.close()
-    assert multiprocessing.active_children() == []
+    assert live_workers() == []
 
 
 @pytest.mark.timeout(120)
@@ -374,7 +374,7 @@ def test_a_worker_that_dies_is_named_and_no_process_remains():
             r"died during a step \(exit code -9\)")):
         for _ in range(10):
             env.step(np.zeros(4, int))
-    assert multiprocessing.active_children() == []  # the other worker was terminated
+    assert live_workers() == []  # the other worker was terminated
     env.close()
 
 
@@ -422,12 +422,11 @@ def test_a_missing_package_is_named():
 @pytest.mark.parametrize("make, message", [
     (lambda: jra.PPOConfig(env="gymnasium:NoSuchEnv-v0", runner=jra.AsyncConfig()),
      r"PPOConfig.env: unknown gymnasium id 'NoSuchEnv-v0'"),
-    (lambda: jra.PPOConfig(env="gymnasium:CartPole-v1"), r"PPOConfig.runner must be AsyncConfig"),
+    (lambda: jra.PPOConfig(env="gymnasium:CartPole-v1", runner=jra.SyncConfig()),
+     r"PPOConfig.runner must be AsyncConfig\(...\) for the host env 'gymnasium:CartPole-v1', "
+     r"or left out, which picks it"),
     (lambda: jra.ImpalaConfig(env="gymnasium:CartPole-v1", runner=jra.SyncConfig()),
      r"ImpalaConfig.runner must be AsyncConfig"),
-    (lambda: jra.PPOConfig(env="gymnasium:CartPole-v1", runner=jra.AsyncConfig(),
-                           normalize_obs=True),
-     r"PPOConfig.normalize_obs is not supported for the host env"),
     (lambda: jra.AsyncConfig(host_vectorization="threads"),
      r"AsyncConfig.host_vectorization must be one of \['workers', 'inline'\], got 'threads'"),
     (lambda: jra.AsyncConfig(host_vectorization="async"),
@@ -439,7 +438,7 @@ def test_a_missing_package_is_named():
     (lambda: jra.PPOConfig(env="gymnasium:CartPole-v1", num_envs=512, num_steps=8,
                            runner=jra.AsyncConfig(host_groups=512)),
      r"PPOConfig.runner host_groups=512 must be at most 256"),
-], ids=["unknown-id", "default-runner", "sync-runner", "normalize-obs", "vectorization",
+], ids=["unknown-id", "sync-runner-named", "sync-runner", "vectorization",
         "retired-vectorization", "groups", "too-many-groups"])
 def test_bad_host_env_configs_name_the_field(make, message):
     with pytest.raises(ValueError, match=message):
@@ -476,8 +475,19 @@ def test_host_env_spec_and_the_jax_only_paths():
         discrete=True, num_actions=2, max_episode_steps=500)
     with pytest.raises(ValueError, match="is a host env"):
         make_env("gymnasium:CartPole-v1")
-    with pytest.raises(ValueError, match="cannot be resumed"):
-        host_actors.run(ppo("CartPole-v1"), jax.random.key(0), state=object())
+
+
+def test_a_host_env_with_no_runner_named_runs_under_the_async_runner():
+    assert jra.PPOConfig(env="gymnasium:CartPole-v1").runner == jra.AsyncConfig()
+    assert jra.SACConfig(env="envpool:HalfCheetah-v4").runner == jra.AsyncConfig()
+    assert jra.PPOConfig(env="CartPole-v1").runner == jra.SyncConfig()
+    from jaxrl_async import cli
+
+    for argv, runner in ((["--env", "gymnasium:CartPole-v1"], "async"),
+                         (["--env", "gymnasium:CartPole-v1", "--runner", "sync"], "sync"),
+                         (["--env", "CartPole-v1"], "sync"), ([], "sync")):
+        args = cli.train_parser("ppo").parse_args(argv)
+        assert cli.runner_of(args) == runner, argv
 
 
 # --------------------------------------------------------------------------- learning

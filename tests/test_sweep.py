@@ -69,7 +69,7 @@ def test_static_field_is_rejected_by_name_before_compiling():
             jra.sweep(TINY, grid={"learning_rate": [1e-3]})
         with pytest.raises(ValueError, match=r"PPOConfig\.lr must be > 0"):
             jra.sweep(TINY, grid={"lr": [1e-3, -1.0]})  # every point validated up front
-    assert "sweepable (traced) fields: gamma, lr" in str(err.value)
+    assert "sweepable (traced) fields: gamma, obs_clip, reward_clip, lr" in str(err.value)
     assert compiled == []
 
 

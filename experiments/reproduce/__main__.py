@@ -2,13 +2,14 @@
 
 Runs every row of a suite (``suites.py``) at its published settings
 (``experiments/configs/published/<row>.json``) for ``--seeds`` seeds vmapped in one compiled
-program (``jra.sweep``'s ``run_points``, spread over the CPU cores), then writes beside each
-other in ``--out``: ``table.md`` (env, algorithm, budget, published figure with its source, ours
-as mean ± std over seeds, wall time, SPS), ``results.json`` and a learning-curve PNG per row.
-Ours is given both ways: the training return (episodes that ended in the last 1% of the
-updates, at least 10; CleanRL reports training returns) and the final evaluation
-(``eval_every``: fresh envs after the last update, as RL Zoo and gymnax-blines report); the
-column matching the published protocol comes first.
+program (``jra.sweep``'s ``run_points``, spread over the CPU cores; a host env's row, MuJoCo
+through EnvPool: ``jra.train`` per seed under the async runner, then ``jra.evaluate``), then
+writes beside each other in ``--out``: ``table.md`` (env, algorithm, budget, published figure
+with its source, ours as mean ± std over seeds, wall time, SPS), ``results.json`` and a
+learning-curve PNG per row. Ours is given both ways: the training return (episodes that ended
+in the last 1% of the updates, at least 10; CleanRL reports training returns) and the final
+evaluation (``eval_every``: fresh envs after the last update, as RL Zoo and gymnax-blines
+report); the column matching the published protocol comes first.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ use_cpu_cores()  # before anything runs: one XLA device per core, the seeds spre
 
 import numpy as np  # noqa: E402
 
+import jaxrl_async as jra  # noqa: E402
 from experiments.reproduce.suites import SUITES, Row  # noqa: E402
 from jaxrl_async.algos import from_dict  # noqa: E402
+from jaxrl_async.envs import is_host_env  # noqa: E402
 from jaxrl_async.sinks import to_json, window_returns  # noqa: E402
 from jaxrl_async.sweep import run_points  # noqa: E402
 
@@ -45,20 +48,51 @@ def load(name: str):
     return from_dict(json.loads((CONFIGS / f"{name}.json").read_text()), ignore=("seed",))
 
 
+def train_window(cfg) -> int:
+    """Training return: the episodes that ended in the last 1% of the updates (at least 10):
+    with one env and 10-step updates (CleanRL's DQN) 10 updates are 100 env steps, shorter
+    than one 500-step CartPole episode."""
+    return max(10, cfg.num_updates // 100)
+
+
+def run_host_seeds(cfg, seeds: int) -> tuple[dict, np.ndarray, dict]:
+    """A host env's row: one ``jra.train`` per seed (the async runner, envs on the host), then
+    a greedy evaluation on fresh envs: (curves [seeds, updates], final evals [seeds], timing
+    averaged over the runs, ``wall_per_run`` each one's)."""
+    curves: dict[str, list] = {}
+    evals, walls, timings = [], [], []
+    for seed in range(seeds):
+        start = time.perf_counter()
+        result = jra.train(cfg, seed=seed, progress=False)
+        walls.append(time.perf_counter() - start)
+        evaluation = jra.evaluate(result, cfg, cfg.eval_episodes, greedy=cfg.eval_greedy,
+                                  seed=seed)
+        evals.append(evaluation["mean_return"])
+        timings.append(result.timing)
+        for k in (*TRAIN_CURVES, "env_steps"):
+            curves.setdefault(k, []).append(result.metrics[k])
+        print(f"  seed {seed}: {walls[-1]:.0f} s, final eval {evals[-1]:.1f}", file=sys.stderr,
+              flush=True)
+    curves = {k: np.stack(v) for k, v in curves.items()}
+    curves["eval_return"] = np.full_like(curves["episode_return"], np.nan)
+    timing = {k: float(np.mean([t[k] for t in timings])) for k in ("compile_s", "sps")}
+    return curves, np.asarray(evals), {**timing, "wall_per_run": walls}
+
+
 def run_row(row: Row, seeds: int, budget: int | None) -> dict:
     cfg = load(row.config)
     if budget:
         cfg = dataclasses.replace(cfg, total_timesteps=budget)
     start = time.perf_counter()
-    result = run_points(cfg, [{}], seeds, progress=False)
+    if is_host_env(cfg.env):
+        curves, evals, timing = run_host_seeds(cfg, seeds)
+    else:
+        result = run_points(cfg, [{}], seeds, progress=False)
+        curves = {k: v[0] for k, v in result.curves.items()}
+        evals, timing = result.final_eval_return[0], result.timing
     wall = time.perf_counter() - start
-    # Training return: the episodes that ended in the last 1% of the updates (at least 10):
-    # with one env and 10-step updates (CleanRL's DQN) 10 updates are 100 env steps, shorter
-    # than one 500-step CartPole episode.
-    window = max(10, cfg.num_updates // 100)
-    train = window_returns({k: result.curves[k][0] for k in TRAIN_CURVES
-                            if k in result.curves}, window)
-    evals = result.final_eval_return[0]
+    window = train_window(cfg)
+    train = window_returns({k: curves[k] for k in TRAIN_CURVES if k in curves}, window)
     return {
         "config": row.config, "env": cfg.env, "algo": cfg.name,
         "budget": cfg.num_updates * cfg.steps_per_update, "seeds": seeds,
@@ -69,10 +103,10 @@ def run_row(row: Row, seeds: int, budget: int | None) -> dict:
         "eval_mean": float(np.nanmean(evals)), "eval_std": float(np.nanstd(evals)),
         "train_per_seed": train.tolist(), "eval_per_seed": evals.tolist(),
         "eval_episodes": cfg.eval_episodes, "eval_greedy": cfg.eval_greedy,
-        "wall_s": wall, "compile_s": result.timing["compile_s"],
-        "sps": result.timing["sps"], "curves": {
-            k: result.curves[k][0].tolist() for k in ("env_steps", "episode_return",
-                                                      "eval_return")},
+        "wall_s": wall, "compile_s": timing["compile_s"], "sps": timing["sps"],
+        **({"wall_per_run": timing["wall_per_run"]} if "wall_per_run" in timing else {}),
+        "curves": {k: np.asarray(curves[k]).tolist() for k in ("env_steps", "episode_return",
+                                                                 "eval_return")},
     }
 
 
@@ -80,6 +114,14 @@ def _pm(mean: float | None, std: float | None) -> str:
     if mean is None or not math.isfinite(mean):  # results.json writes NaN as null
         return "n/a"
     return f"{mean:.1f}" if std is None else f"{mean:.1f} ± {std:.1f}"
+
+
+def _wall(row: dict) -> str:
+    """The row's wall time: all seeds at once (vmapped), or per run (host envs: one by one)."""
+    if "wall_per_run" not in row:
+        return f"{row['wall_s']:.0f} s"
+    runs = row["wall_per_run"]
+    return f"{np.mean(runs) / 60:.1f} min per run ({min(runs) / 60:.1f}-{max(runs) / 60:.1f})"
 
 
 def table(rows: list[dict]) -> str:
@@ -93,7 +135,7 @@ def table(rows: list[dict]) -> str:
             f"{_pm(r['published'], r['published_std'])} ({r['protocol']}) | {r['source']} | "
             f"{_pm(r['train_mean'], r['train_std'])} | "
             f"{_pm(r['eval_mean'], r['eval_std'])} ({r['eval_episodes']} {greedy}) | "
-            f"{r['seeds']} | {r['wall_s']:.0f} s | {r['sps']:,.0f} |")
+            f"{r['seeds']} | {_wall(r)} | {r['sps']:,.0f} |")
     notes = [f"- **{r['env']} {r['algo']}**: {r['note']}" for r in rows if r["note"]]
     return "\n".join(lines + [""] + notes) + "\n"
 
@@ -137,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--suite", required=True, choices=sorted(SUITES))
     parser.add_argument("--seeds", type=int, default=None,
-                        help="seeds per row, vmapped (default: 3 classic, 2 minatar)")
+                        help="seeds per row, vmapped (default: 3 classic and mujoco, 2 minatar)")
     parser.add_argument("--budget", type=int, default=None,
                         help="env steps per run instead of the published budget")
     parser.add_argument("--only", nargs="*", default=None, help="config names of rows to run")
@@ -145,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replot", action="store_true",
                         help="only redraw the PNGs and table.md from --out's results.json")
     args = parser.parse_args(argv)
-    seeds = args.seeds or (3 if args.suite == "classic" else 2)
+    seeds = args.seeds or (3 if args.suite in ("classic", "mujoco") else 2)
     out = Path(args.out or Path("docs/reproduce") / args.suite)
     out.mkdir(parents=True, exist_ok=True)
     if args.replot:

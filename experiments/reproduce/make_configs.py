@@ -72,6 +72,38 @@ configs["purejaxql_pqn_minatar_breakout"] = jra.PQNConfig(
     num_minibatches=32, update_epochs=2, lr=5e-4, anneal_lr=True, max_grad_norm=10.0,
     gamma=0.99, q_lambda=0.65, eps_start=1.0, eps_end=0.05, eps_decay_fraction=0.1,
     layer_norm=True, log_every=20, eval_every=122, eval_episodes=128, eval_greedy=True)
+# CleanRL cleanrl/ppo_continuous_action.py (MuJoCo v4, gymnasium): 1M steps of one env x 2048
+# steps (488 updates: CleanRL trains total // batch iterations too), lr 3e-4 annealed, gamma
+# 0.99, lambda 0.95, 32 minibatches x 10 epochs, clip 0.2 (value clipped too), entropy 0,
+# value 0.5, grad norm 0.5, Adam eps 1e-5, 64x64 tanh actor and critic (orthogonal, gains
+# sqrt 2 / 0.01 / 1), state-independent log-std from 0; the envs wrapped in
+# NormalizeObservation, obs clip 10, NormalizeReward(gamma), reward clip 10. The second layout:
+# 8 envs x 256 steps, the same 2048-step batch. EnvPool's MuJoCo v4 tasks, the async runner's
+# defaults (lag 1); no evaluation in training (host envs: a final greedy one after training).
+cleanrl_mujoco = dict(total_timesteps=999_424, num_envs=1, num_steps=2048, num_minibatches=32,
+                      update_epochs=10, lr=3e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95,
+                      clip_eps=0.2, clip_value=True, ent_coef=0.0, vf_coef=0.5,
+                      max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh",
+                      normalize_advantages=True, normalize_obs=True, normalize_reward=True,
+                      obs_clip=10.0, reward_clip=10.0, minibatch_layout="sample",
+                      eval_episodes=10, eval_greedy=True,
+                      runner=jra.AsyncConfig())
+for task in ("HalfCheetah", "Hopper", "Walker2d"):
+    configs[f"cleanrl_ppo_{task.lower()}"] = jra.PPOConfig(env=f"envpool:{task}-v4",
+                                                           **cleanrl_mujoco)
+    configs[f"cleanrl_ppo_{task.lower()}_8envs"] = jra.PPOConfig(
+        env=f"envpool:{task}-v4", **{**cleanrl_mujoco, "num_envs": 8, "num_steps": 256})
+# CleanRL cleanrl/ppo_atari_envpool.py on EnvPool's Pong-v5: 10M steps of 8 envs x 128 steps,
+# lr 2.5e-4 annealed, 4 minibatches x 4 epochs, clip 0.1 (value clipped too), entropy 0.01,
+# value 0.5, grad norm 0.5, the Nature CNN; its episodic_life and reward_clip change nothing
+# in Pong (no lives, rewards +-1), so EnvPool's defaults are its envs. For a GPU machine
+# (experiments/accelerator_check.sh, step atari_ppo): on a 2-core CPU the CNN is hours.
+configs["cleanrl_ppo_pong_envpool"] = jra.PPOConfig(
+    env="envpool:Pong-v5", torso="nature", total_timesteps=9_999_360, num_envs=8, num_steps=128,
+    num_minibatches=4, update_epochs=4, lr=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95,
+    clip_eps=0.1, clip_value=True, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5,
+    minibatch_layout="sample", log_every=50, eval_episodes=10, eval_greedy=True,
+    runner=jra.AsyncConfig())
 for name, cfg in configs.items():
     (out / f"{name}.json").write_text(json.dumps(to_dict(cfg), indent=2) + "\n")
     print(name, cfg.num_updates, cfg.steps_per_update)

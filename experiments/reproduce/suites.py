@@ -112,6 +112,28 @@ for game, figure in (("Breakout", 22.9), ("SpaceInvaders", 131.6), ("Asterix", N
         Row(f"gymnax_blines_ppo_{game.lower()}", figure if figure is not None else float("nan"),
             None, BLINES, "eval", BLINES_NOTE),
     ]
+CLEANRL_MUJOCO = Source("vwxyzjn/cleanrl", "docs/rl-algorithms/ppo.md (ppo_continuous_action.py, "
+                        "MuJoCo v4, openrlbenchmark tag pr-424)",
+                        "fe8d8a03c41a7ef5b523e2e354bd01c363e786bb")
+MUJOCO_NOTE = ("CleanRL: mean episodic training return at the end of 1M steps, 3 seeds (std over "
+               "seeds), gymnasium's MuJoCo v4 in one env with its normalisation wrappers; ours "
+               "EnvPool's v4 task, the same normalisation numbers (envs/host_normalize.py), "
+               "truncated episodes bootstrapped from V(final obs) (CleanRL cuts them), the "
+               "async runner's lag 1 (CleanRL acts with the params it updates)")
+SUITES["mujoco"] = [
+    Row(f"cleanrl_ppo_{task.lower()}{layout}", mean, std, CLEANRL_MUJOCO, "train",
+        MUJOCO_NOTE + ("; 8 envs x 256 steps, the same 2048-step batch" if layout else ""))
+    for layout in ("", "_8envs")
+    for task, mean, std in (("HalfCheetah", 1442.64, 46.03), ("Hopper", 2382.86, 271.74),
+                            ("Walker2d", 2287.95, 571.78))
+]
+SUITES["atari"] = [
+    Row("cleanrl_ppo_pong_envpool", 20.45, 0.09, Source(
+        "vwxyzjn/cleanrl", "docs/rl-algorithms/ppo.md (ppo_atari_envpool.py, Pong-v5, "
+        "openrlbenchmark tag pr-424)", "fe8d8a03c41a7ef5b523e2e354bd01c363e786bb"), "train",
+        "CleanRL: mean episodic training return at 10M steps, 3 seeds; the same EnvPool envs; "
+        "ours bootstraps truncations from V(final obs) and acts one update behind (lag 1)"),
+]
 SUITES["minatar-pqn"] = [
     Row("purejaxql_pqn_minatar_breakout", float("nan"), None, PUREJAXQL, "eval",
         "purejaxql publishes settings and plots, no per-game figure in its text; greedy test "

@@ -37,6 +37,7 @@ from jaxrl_async.envs.wrappers import (
     EpisodeStatistics,
     FlattenObservation,
     NormalizeObservation,
+    NormalizeReward,
     ObsSums,
     RunningMoments,
     merge_moments,
@@ -68,6 +69,7 @@ __all__ = [
     "EpisodeStatistics",
     "FlattenObservation",
     "NormalizeObservation",
+    "NormalizeReward",
     "ObsSums",
     "RunningMoments",
     "merge_moments",
@@ -171,12 +173,18 @@ def make_env(
     normalize_obs: bool = False,
     clip_action: bool = True,
     episode_stats: bool = True,
+    normalize_reward: bool = False,
+    gamma: Any = 0.99,
+    obs_clip: Any = 10.0,
+    reward_clip: Any = 10.0,
     **env_kwargs: Any,
 ) -> VecEnv:
     """A batched, auto-resetting env: gymnax ``env_id`` under the requested wrappers.
 
     Wrapper order, inner to outer: flatten, clip action (continuous only), episode statistics,
-    observation normalisation (outermost, so its statistics see what the agent sees).
+    reward normalisation (``gamma``, clipped to ``reward_clip``; episode returns stay raw),
+    observation normalisation (outermost, so its statistics see what the agent sees; clipped to
+    ``obs_clip``).
     ``brax/<name>`` ids take ``episode_length`` and ``backend`` as ``env_kwargs``; a suite id
     its suite's (docs/envs.md); a registered id passes them to its factory.
     """
@@ -203,6 +211,8 @@ def make_env(
         vec = ClipAction(vec)
     if episode_stats:
         vec = EpisodeStatistics(vec)
+    if normalize_reward:
+        vec = NormalizeReward(vec, gamma, reward_clip)
     if normalize_obs:
-        vec = NormalizeObservation(vec)
+        vec = NormalizeObservation(vec, obs_clip)
     return vec

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxrl_async.envs.core import EnvSpec
+from jaxrl_async.envs.host_worker_process import step_same_step
 
 BACKENDS = {"gymnasium": "gymnasium", "envpool": "envpool"}
 """Env id prefix -> the package it needs."""
@@ -110,8 +111,9 @@ def spec_from_spaces(env_id: str, obs_space: Any, act_space: Any, max_episode_st
 
 
 @functools.cache
-def host_env_spec(env_id: str, *, flatten_obs: bool = False) -> EnvSpec:
-    """The spec of host env ``env_id``, read off one env instance (made once, then cached)."""
+def _host_spaces(env_id: str) -> tuple[Any, Any, int]:
+    """(observation space, action space, time limit) of host env ``env_id``, read off one env
+    instance (made once, then cached)."""
     check_host_env_id(env_id)
     backend, name = split_host_id(env_id)
     if backend == "gymnasium":
@@ -120,17 +122,27 @@ def host_env_spec(env_id: str, *, flatten_obs: bool = False) -> EnvSpec:
         env = gymnasium.make(name)
         try:
             steps = env.spec.max_episode_steps if env.spec is not None else 0
-            return spec_from_spaces(env_id, env.observation_space, env.action_space, steps,
-                                    flatten_obs)
+            return env.observation_space, env.action_space, steps or 0
         finally:
             env.close()
     env = _package("envpool").make(name, env_type="gymnasium", num_envs=1)
     try:
         steps = getattr(getattr(env.spec, "config", None), "max_episode_steps", 0)
-        return spec_from_spaces(env_id, env.observation_space, env.action_space, steps,
-                                flatten_obs)
+        return env.observation_space, env.action_space, steps or 0
     finally:
         env.close()
+
+
+def host_env_spec(env_id: str, *, flatten_obs: bool = False) -> EnvSpec:
+    """The spec of host env ``env_id``."""
+    obs_space, act_space, steps = _host_spaces(env_id)
+    return spec_from_spaces(env_id, obs_space, act_space, steps, flatten_obs)
+
+
+def source_obs_dtype(env_id: str) -> np.dtype:
+    """The dtype host env ``env_id`` itself returns observations in (before they are cast to
+    32 bits: ``spec_from_spaces``)."""
+    return np.dtype(_host_spaces(env_id)[0].dtype)
 
 
 # --------------------------------------------------------------------------- the contract
@@ -196,12 +208,22 @@ class HostVecEnv:
         return obs.reshape(obs.shape[0], *self.spec.obs_shape)
 
     def _action(self, action: np.ndarray) -> np.ndarray:
-        return env_action(self.spec, action)
+        if self.spec.discrete:
+            return np.asarray(action).astype(np.int64)
+        if not hasattr(self, "_bounds"):  # read off the spec once: this runs every step
+            self._bounds = action_bounds(self.spec)
+        return np.clip(action, *self._bounds)
 
 
 def copied(step: HostStep) -> HostStep:
     """A copy of ``step`` that no env buffer backs."""
     return HostStep(*(np.array(x, copy=True) for x in step))
+
+
+def action_bounds(spec: EnvSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) of a continuous action space, float32 ``action_shape`` arrays."""
+    low = np.asarray(spec.action_low, np.float32).reshape(spec.action_shape)
+    return low, np.asarray(spec.action_high, np.float32).reshape(spec.action_shape)
 
 
 def env_action(spec: EnvSpec, action: np.ndarray) -> np.ndarray:
@@ -210,20 +232,7 @@ def env_action(spec: EnvSpec, action: np.ndarray) -> np.ndarray:
     action = np.asarray(action)
     if spec.discrete:
         return action.astype(np.int64)
-    low = np.asarray(spec.action_low, np.float32).reshape(spec.action_shape)
-    high = np.asarray(spec.action_high, np.float32).reshape(spec.action_shape)
-    return np.clip(action, low, high)
-
-
-def step_same_step(env: Any, action: Any) -> tuple[Any, float, bool, bool, Any]:
-    """One gymnasium env's step with same-step autoreset: ``(obs, reward, terminated,
-    truncated, final_obs)``, ``obs`` the first of the next episode where this one ended (reset
-    without a seed, as gymnasium's vector envs do)."""
-    obs, reward, terminated, truncated, _ = env.step(action)
-    final = obs
-    if terminated or truncated:
-        obs, _ = env.reset()
-    return obs, float(reward), bool(terminated), bool(truncated), final
+    return np.clip(action, *action_bounds(spec))
 
 
 def make_gymnasium_env(name: Any) -> Any:

@@ -1,9 +1,11 @@
 """Gymnasium envs stepped by worker processes, observations in shared memory.
 
-``WorkerVecEnv`` is a ``host.HostVecEnv`` whose B envs are stepped by W worker processes
-(``multiprocessing``'s forkserver context: forking a process that runs JAX threads can
-deadlock). Each worker owns an equal share of every group, so while the policy acts on one
-group every worker is stepping another. A worker's envs step in its **lanes**, threads that each
+``WorkerVecEnv`` is a ``host.HostVecEnv`` whose B envs are stepped by W worker processes, each
+a fresh interpreter running ``host_worker_process`` (``WorkerProcess``: not a fork of this
+process, which runs JAX threads, and not multiprocessing's start methods, which re-run the
+user's script in every worker: any script, ``python -c`` or notebook starts them). Each worker
+owns an equal share of every group, so while the policy acts on one group every worker is
+stepping another. A worker's envs step in its **lanes**, threads that each
 own some envs: by default (``threads=0``) one lane per env, so envs that wait (a simulator in
 another process, a robot, ``time.sleep``) overlap their waits; ``threads=k`` gives a worker k
 lanes that step their envs one after another (``threads=1``: CPU-bound envs, which threads
@@ -27,36 +29,28 @@ leaves on its own (its pipes close).
 
 from __future__ import annotations
 
-import functools
-import mmap
-import multiprocessing
 import os
 import select
-import threading
+import socket
+import subprocess
+import sys
 import time
-import traceback
+import weakref
 from collections.abc import Sequence
 from multiprocessing import connection
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
+import cloudpickle
 import numpy as np
 
+from jaxrl_async.envs import host_worker_process
 from jaxrl_async.envs.core import EnvSpec
-from jaxrl_async.envs.host import (
-    HostEnvError,
-    HostEnvTimeout,
-    HostStep,
-    HostVecEnv,
-    make_gymnasium_env,
-    split_host_id,
-    step_same_step,
-)
+from jaxrl_async.envs.host import HostEnvError, HostEnvTimeout, HostStep, HostVecEnv, split_host_id
+from jaxrl_async.envs.host_worker_process import ALIGN, FIELDS, buffer_size, buffer_views
 
 STARTUP_S = 60.0
 """Seconds the first reset may take at least: the workers start (and import) meanwhile."""
-FIELDS = ("action", "obs", "final_obs", "reward", "terminated", "truncated", "answered")
-ALIGN = 64
 
 
 def buffer_layout(spec: EnvSpec, num_envs: int) -> dict[str, tuple[int, tuple, str]]:
@@ -75,23 +69,12 @@ def buffer_layout(spec: EnvSpec, num_envs: int) -> dict[str, tuple[int, tuple, s
     return layout
 
 
-def buffer_views(buf: Any, layout: dict) -> dict[str, np.ndarray]:
-    return {name: np.ndarray(shape, dtype, buffer=buf, offset=offset)
-            for name, (offset, shape, dtype) in layout.items()}
-
-
-def buffer_size(layout: dict) -> int:
-    offset, shape, dtype = layout[FIELDS[-1]]
-    return max(offset + int(np.prod(shape)) * np.dtype(dtype).itemsize, 1)
-
-
 def default_workers() -> int:
     """The cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
-
 
 
 def lanes_of(owned: list[list[int]], threads: int) -> list[list[list[int]]]:
@@ -118,97 +101,62 @@ def _allow_files(more: int) -> None:
                                                     else min(want, hard), hard))
 
 
-# --------------------------------------------------------------------------- the worker side
-def _reset(envs: dict, views: dict, seeds: Sequence[int], indices: Sequence[int]) -> None:
-    obs = views["obs"]
-    for i in indices:
-        obs[i] = np.reshape(envs[i].reset(seed=int(seeds[i]))[0], obs.shape[1:])
+# --------------------------------------------------------------------------- a worker
+_LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
-def _attach(name: str, size: int) -> Any:
-    """The parent's shared block, mapped without registering it with a resource tracker (the
-    parent owns and unlinks it)."""
-    path = f"/dev/shm/{name.lstrip('/')}"
-    if os.path.exists(path):
-        fd = os.open(path, os.O_RDWR)
+class WorkerProcess:
+    """One env worker: ``python -c host_worker_process.BOOT`` with the file descriptors
+    ``pass_fds`` and its end of the control connection, ``control_fd``, inherited (the same
+    numbers there). ``sentinel``: a file descriptor that becomes readable when the process
+    ends (a pipe whose only write end the worker holds), as multiprocessing's is."""
+
+    def __init__(self, control_fd: int, pass_fds: Sequence[int]):
+        ends, keep = os.pipe()
+        command = [sys.executable, "-c", host_worker_process.BOOT,
+                   host_worker_process.__file__, str(control_fd)]
         try:
-            return mmap.mmap(fd, size)
+            self.popen = subprocess.Popen(command, pass_fds=(control_fd, keep, *pass_fds),
+                                          stdin=subprocess.DEVNULL)
+        except BaseException:
+            os.close(ends)
+            raise
         finally:
-            os.close(fd)
-    return SharedMemory(name=name).buf  # pragma: no cover - not Linux
+            os.close(keep)
+        self.sentinel, self.pid = ends, self.popen.pid
+        _LIVE.add(self)
 
+    @property
+    def exitcode(self) -> int | None:
+        """Its exit status (``-N``: killed by signal N), ``None`` while it runs."""
+        return self.popen.poll()
 
-def _worker(conn: Any, shm_name: str, layout: dict, lanes: list[list[list[int]]],
-            wakes: list[Any], dones: list[Any], gym_spec: Any) -> None:
-    """A worker's life: make its envs, start its lanes (``lanes[l][g]``: the envs of group g
-    that lane l steps; ``wakes[l]``: its pipe from the parent; ``dones[g]``: group g's pipe to
-    the parent), then answer the parent's resets until ``close`` or until the parent goes."""
-    buf = _attach(shm_name, buffer_size(layout))
-    views = buffer_views(buf, layout)
-    obs_shape = layout["obs"][1][1:]
-    send_lock = threading.Lock()
+    def is_alive(self) -> bool:
+        return self.popen.poll() is None
 
-    def reply(message: tuple) -> None:
-        with send_lock:
-            conn.send(message)
-
-    action, next_obs, final_obs = views["action"], views["obs"], views["final_obs"]
-    rewards, terminated, truncated = views["reward"], views["terminated"], views["truncated"]
-    answered = views["answered"]
-    scalar_action = action.ndim == 1
-
-    def step(indices: Sequence[int]) -> None:  # the hot path: locals only
-        for i in indices:
-            o, r, term, trunc, final = step_same_step(
-                envs[i], action[i] if scalar_action else action[i].copy())
-            next_obs[i] = o if reshaped is None else np.reshape(o, obs_shape)
-            final_obs[i] = final if reshaped is None else np.reshape(final, obs_shape)
-            rewards[i], terminated[i], truncated[i], answered[i] = r, term, trunc, True
-
-    def guarded(what: Any, indices: Sequence[int], g: int) -> bool:
+    def join(self, timeout: float | None = None) -> None:
         try:
-            what(indices)
-            return True
-        except BaseException as error:  # noqa: BLE001 - reported to the parent
-            reply(("error", g, list(indices), f"{type(error).__name__}: {error}",
-                   traceback.format_exc()))
-            return False
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
 
-    done_fds = [d.fileno() for d in dones]
+    def stop(self) -> None:
+        """Terminate it (SIGTERM, then SIGKILL), reap it and close its sentinel."""
+        if self.is_alive():
+            self.popen.terminate()
+            self.join(2.0)
+        if self.is_alive():
+            self.popen.kill()
+            self.join()
+        if self.sentinel >= 0:
+            os.close(self.sentinel)
+            self.sentinel = -1
+        _LIVE.discard(self)
 
-    def lane(wake: Any, envs_of_group: list[list[int]]) -> None:
-        read, write, fd = os.read, os.write, wake.fileno()
-        try:
-            while True:
-                byte = read(fd, 1)
-                if not byte:  # the parent is gone
-                    return
-                g = byte[0]
-                write(done_fds[g], b"d" if guarded(step, envs_of_group[g], g) else b"e")
-        except OSError:  # the parent is gone
-            return
 
-    mine = sorted(i for lane_envs in lanes for part in lane_envs for i in part)
-    envs: dict[int, Any] = {}
-    if not guarded(lambda ids: envs.update({i: make_gymnasium_env(gym_spec) for i in ids}),
-                   mine, -1):
-        return
-    shapes = {tuple(envs[i].observation_space.shape) for i in mine}
-    reshaped = None if shapes <= {tuple(obs_shape)} else obs_shape  # flattened observations
-    for n, (wake, envs_of_group) in enumerate(zip(wakes, lanes)):
-        threading.Thread(target=lane, args=(wake, envs_of_group), daemon=True,
-                         name=f"jaxrl-env-lane-{n}").start()
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):  # the parent is gone
-            return
-        if message[0] == "close":
-            for env in envs.values():
-                env.close()
-            return
-        if guarded(functools.partial(_reset, envs, views, message[1]), mine, -1):
-            reply(("reset",))
+def live_workers() -> list[int]:
+    """The pids of the env workers started and not yet stopped (tests check none is left)."""
+    return sorted(p.pid for p in list(_LIVE) if p.is_alive() or p.sentinel >= 0)
 
 
 # --------------------------------------------------------------------------- the parent side
@@ -242,41 +190,38 @@ class WorkerVecEnv(HostVecEnv):
         self._workers_of = [[w for w in range(num_workers) if self.owned[w][g]]
                             for g in range(groups)]
         self._started = False  # the first reset also waits for the workers to start
-        self.processes: list[Any] = []
+        self.processes: list[WorkerProcess] = []
         self.conns: list[Any] = []
-        self._files: list[Any] = []  # this side's pipe ends, closed with it
+        self._fds: list[int] = []  # this side's pipe ends, closed with it
         self._done_fds: list[int] = []
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload([__name__])
-        gym_spec = gymnasium.spec(split_host_id(spec.env_id)[1])
-        _allow_files(sum(map(len, lanes)) + 2 * groups + 2 * num_workers)
+        gym_spec = cloudpickle.dumps(gymnasium.spec(split_host_id(spec.env_id)[1]))
+        _allow_files(sum(map(len, lanes)) + 2 * groups + 4 * num_workers)
         try:
-            done_pipes = [context.Pipe(duplex=False) for _ in range(groups)]
-            self._files += [reader for reader, _ in done_pipes]
-            self._done_fds = [reader.fileno() for reader, _ in done_pipes]
+            done_pipes = [os.pipe() for _ in range(groups)]
+            self._fds += [reader for reader, _ in done_pipes]
+            self._done_fds = [reader for reader, _ in done_pipes]
             for w in range(num_workers):
-                parent, child = context.Pipe()
-                wakes = [context.Pipe(duplex=False) for _ in lanes[w]]
-                process = context.Process(
-                    target=_worker, name=f"jaxrl-host-env-worker-{w}", daemon=True,
-                    args=(child, self.shm.name, self.layout, lanes[w],
-                          [reader for reader, _ in wakes], [writer for _, writer in done_pipes],
-                          gym_spec))
-                self.conns.append(parent)
-                self._files += [writer for _, writer in wakes]
+                parent, child = socket.socketpair()
+                self.conns.append(connection.Connection(parent.detach()))
+                wakes = [os.pipe() for _ in lanes[w]]
+                self._fds += [writer for _, writer in wakes]
+                theirs = [reader for reader, _ in wakes]
                 try:
-                    process.start()
+                    process = WorkerProcess(child.fileno(),
+                                            [*theirs, *(writer for _, writer in done_pipes)])
                 finally:
                     child.close()
-                    for reader, _ in wakes:
-                        reader.close()
+                    for fd in theirs:
+                        os.close(fd)
                 self.processes.append(process)
+                self.conns[-1].send((sys.path, self.shm.name, self.layout, lanes[w], theirs,
+                                     [writer for _, writer in done_pipes], gym_spec))
                 for lane, (_, writer) in zip(lanes[w], wakes):
                     for g, part in enumerate(lane):
                         if part:
-                            self._wake_fds[g].append(writer.fileno())
+                            self._wake_fds[g].append(writer)
             for _, writer in done_pipes:
-                writer.close()
+                os.close(writer)
         except BaseException:
             self.close(failed=True)
             raise
@@ -406,15 +351,12 @@ class WorkerVecEnv(HostVecEnv):
             for process in self.processes:
                 process.join(5.0)
         for process in self.processes:
-            if process.is_alive():
-                process.terminate()
-                process.join(2.0)
-            if process.is_alive():
-                process.kill()
-                process.join()
-        for end in self.conns + self._files:
-            end.close()
-        self.processes, self.conns, self._files = [], [], []
+            process.stop()
+        for conn in self.conns:
+            conn.close()
+        for fd in self._fds:
+            os.close(fd)
+        self.processes, self.conns, self._fds = [], [], []
         self._wake_fds = [[] for _ in self._wake_fds]
         self.views = {}
         if self.shm is not None:

@@ -1,4 +1,5 @@
-"""Wrappers over batched envs: flatten, clip actions, episode statistics, obs normalisation."""
+"""Wrappers over batched envs: flatten, clip actions, episode statistics, reward and
+observation normalisation."""
 
 from __future__ import annotations
 
@@ -145,15 +146,17 @@ def obs_sums(state: Any) -> ObsSums | tuple:
     return jax.tree.map(lambda x: x.sum(0), state.sums)
 
 
-def set_moments(obs: jax.Array, state: Any, moments: RunningMoments) -> tuple[jax.Array, Any]:
+def set_moments(obs: jax.Array, state: Any, moments: RunningMoments,
+                clip: Any = 10.0) -> tuple[jax.Array, Any]:
     """(obs, state) acting with the single-copy ``moments`` from now on: every env's copy set,
-    its sums emptied, its current observation standardised anew. Unchanged unless normalised."""
+    its sums emptied, its current observation standardised anew (and clipped to ``clip``, the
+    wrapper's). Unchanged unless normalised."""
     if not isinstance(state, NormalizeState):
         return obs, state
     b = state.raw_obs.shape[0]
     copies = jax.tree.map(lambda x: jnp.broadcast_to(x, (b, *x.shape)), moments)
     empty = jax.tree.map(jnp.zeros_like, state.sums)
-    return normalize(state.raw_obs, copies), state._replace(moments=copies, sums=empty)
+    return normalize(state.raw_obs, copies, clip), state._replace(moments=copies, sums=empty)
 
 
 class NormalizeObservation(Wrapper):
@@ -190,3 +193,40 @@ class NormalizeObservation(Wrapper):
         info = {**info, "final_observation": final}
         state = NormalizeState(env_state, state.moments, sums, obs)
         return normalize(obs, state.moments, self.clip), state, reward, terminated, truncated, info
+
+
+class NormalizeRewardState(NamedTuple):
+    env_state: Any
+    discounted: jax.Array  # [B] each env's discounted return G
+    return_moments: RunningMoments  # [B] each: the moments of its G
+
+
+class NormalizeReward(Wrapper):
+    """Scale each env's rewards by the running standard deviation of its discounted return,
+    then clip them to ``[-clip, clip]``: gymnasium's ``NormalizeReward`` around each env, step
+    by step (``G = G * gamma * (1 - terminated) + reward``; moments from mean 0, variance 1,
+    count 1e-4; ``reward / sqrt(var + 1e-8)``), as the host envs' normaliser computes it
+    (``host_normalize``), in float32. Per env, so the statistics need no merging: any split of
+    the envs over devices computes the same. Inside ``NormalizeObservation``, outside
+    ``EpisodeStatistics`` (episode returns stay raw)."""
+
+    def __init__(self, env: VecEnv, gamma: Any, clip: Any = 10.0):
+        super().__init__(env)
+        self.gamma, self.clip = gamma, clip
+
+    def reset(self, keys: jax.Array):
+        obs, env_state = self.env.reset(keys)
+        b = keys.shape[0]
+        moments = RunningMoments(jnp.zeros(b), jnp.ones(b), jnp.full((b,), 1e-4))
+        return obs, NormalizeRewardState(env_state, jnp.zeros(b), moments)
+
+    def step(self, keys: jax.Array, state: NormalizeRewardState, action: jax.Array):
+        obs, env_state, reward, terminated, truncated, info = self.env.step(
+            keys, state.env_state, action)
+        g = state.discounted * self.gamma * (1 - terminated) + reward
+        mean, var, count = state.return_moments
+        delta, total = g - mean, count + 1
+        var = (var * count + jnp.square(delta) * count / total) / total
+        moments = RunningMoments(mean + delta / total, var, total)
+        scaled = jnp.clip(reward / jnp.sqrt(var + 1e-8), -self.clip, self.clip)
+        return obs, NormalizeRewardState(env_state, g, moments), scaled, terminated, truncated, info

@@ -37,7 +37,9 @@ def run(cfg: Any, key: jax.Array, callbacks: Callbacks | None = None,
 def abstract_state(cfg: Any) -> RunState:
     """Shapes and dtypes of the run state the runner of ``cfg`` hands to ``on_state`` and
     continues from (what a checkpoint must hold)."""
-    if cfg.runner.name == "async" and not is_host_env(cfg.env):
+    if cfg.runner.name == "async":
+        if is_host_env(cfg.env):
+            return host_actors.abstract_state(cfg)
         return actor_learner.abstract_state(cfg)
     env, algo = build(cfg)
     env_id = jax.numpy.arange(cfg.num_envs, dtype=jax.numpy.int32)

@@ -33,7 +33,9 @@ _EVAL_STREAM = 0x5EED  # folded into an update's key: evaluation keys apart from
 
 def build(cfg: Any) -> tuple[VecEnv, Algorithm]:
     """The env and algorithm a config describes (hyperparameters may be traced)."""
-    env = make_env(cfg.env, flatten_obs=cfg.flatten_obs, normalize_obs=cfg.normalize_obs)
+    env = make_env(cfg.env, flatten_obs=cfg.flatten_obs, normalize_obs=cfg.normalize_obs,
+                   normalize_reward=cfg.normalize_reward, gamma=cfg.gamma, obs_clip=cfg.obs_clip,
+                   reward_clip=cfg.reward_clip)
     return env, make_algorithm(cfg, env.spec)
 
 
@@ -87,7 +89,8 @@ def evaluation(cfg: Any, algo: Algorithm, axis_name: str | None = None,
         offset = lax.axis_index(axis_name) * local if split else 0
         ids = offset + jnp.arange(local, dtype=jnp.int32)
         moments = state.obs_moments
-        observe = (lambda obs: normalize(obs, moments)) if cfg.normalize_obs else None
+        observe = ((lambda obs: normalize(obs, moments, cfg.obs_clip)) if cfg.normalize_obs
+                   else None)
         returns, lengths, _ = run_episodes(env, algo, algo.policy_params(state.learner),
                                            eval_key(state.key, state.update), ids,
                                            cfg.eval_greedy, max_steps, observe)
@@ -150,7 +153,8 @@ def init_state(env: VecEnv | None, algo: Algorithm, key: jax.Array, env_id: jax.
     if isinstance(env_carry, EnvCarry) and hasattr(env_carry.env_state, "moments"):
         first = jax.tree.map(lambda x: x[0], env_carry.env_state.moments)  # normalize_obs
         env_carry, moments = merge_obs_statistics(env_carry, first,
-                                                  obs_sums(env_carry.env_state), axis_name)
+                                                  obs_sums(env_carry.env_state), axis_name,
+                                                  env.clip)  # the NormalizeObservation's
     return RunState(
         learner=with_env_axis(algo.init(init_key), env_id.shape[0]),
         env=env_carry,
@@ -162,7 +166,7 @@ def init_state(env: VecEnv | None, algo: Algorithm, key: jax.Array, env_id: jax.
 
 
 def merge_obs_statistics(carry: EnvCarry, moments: Any, sums: Any,
-                         axis_name: str | None = None) -> tuple[EnvCarry, Any]:
+                         axis_name: str | None = None, clip: Any = 10.0) -> tuple[EnvCarry, Any]:
     """normalize_obs: (carry acting with the new moments, new moments), the sums of raw
     observations ``sums`` (of this shard; summed over ``axis_name``) merged into the run's
     ``moments``. Both runners call it once per rollout, so every shard acts with the statistics
@@ -172,14 +176,15 @@ def merge_obs_statistics(carry: EnvCarry, moments: Any, sums: Any,
     if axis_name:
         sums = lax.psum(sums, axis_name)
     moments = merge_moments(moments, sums)
-    return with_moments(carry, moments), moments
+    return with_moments(carry, moments, clip), moments
 
 
-def with_moments(carry: EnvCarry, moments: Any) -> EnvCarry:
-    """The carry acting with observation statistics ``moments`` (unchanged for ())."""
+def with_moments(carry: EnvCarry, moments: Any, clip: Any = 10.0) -> EnvCarry:
+    """The carry acting with observation statistics ``moments`` (unchanged for ()), its
+    current observations clipped to ``clip`` (``obs_clip``)."""
     if moments == ():
         return carry
-    obs, env_state = set_moments(carry.obs, carry.env_state, moments)
+    obs, env_state = set_moments(carry.obs, carry.env_state, moments, clip)
     return carry._replace(obs=obs, env_state=env_state)
 
 

@@ -24,12 +24,19 @@ This module compiles the programs, makes each stream's envs and runs one thread 
   are unpacked inside the policy program (one argument per call).
 - **Seeds.** Env ``i`` is reset once, with a 32-bit seed drawn from the run key and its global
   id; with deterministic envs and ``deterministic=True`` a seed reproduces a run exactly.
-  ``RunState.env`` holds these seeds ``[num_envs] uint32``: host env states live in Python
-  objects (or worker processes) and cannot be checkpointed, so a run cannot be resumed.
+- **Run state.** The learner's part is a JAX-env run's (params, optimiser state, counters, the
+  run key, the acting params of the deterministic schedule); ``RunState.env`` is a
+  ``HostEnvState``: the envs' reset seeds and their normalisation state
+  (``envs/host_normalize.py``), which each stream's batcher keeps and hands over after every
+  log chunk (a copy per chunk end, as the JAX actors keep their env carries). The envs
+  themselves live in worker processes or EnvPool: a run resumed from a checkpoint resets
+  them, with seeds drawn for the update it resumes at (``resume_seeds``), and continues the
+  learner and the normalisation exactly.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -43,14 +50,15 @@ from jax.sharding import SingleDeviceSharding
 from jaxrl_async.algos import Algorithm, Trajectory, make_algorithm
 from jaxrl_async.algos.base import has_memory
 from jaxrl_async.envs import EnvSpec, HostVecEnv, host_env_spec, make_host_env
-from jaxrl_async.envs.host import split_host_id
+from jaxrl_async.envs import host_normalize as normalization
+from jaxrl_async.envs.host import source_obs_dtype, split_host_id
 from jaxrl_async.envs.host_workers import default_workers
 from jaxrl_async.rollout import EpisodeSums, env_keys
 from jaxrl_async.runners.actor_learner import Setup, drive
 from jaxrl_async.runners.common import init_state
 from jaxrl_async.runners.host_batcher import Batcher, act_keys, groups, policy_step
 from jaxrl_async.runners.host_trajectory import hand_over
-from jaxrl_async.runners.pipeline import Pipeline, RoleStats, schedule
+from jaxrl_async.runners.pipeline import Pipeline, RoleStats, chunk_ends, schedule
 from jaxrl_async.runners.placement import (
     Layout,
     Packing,
@@ -85,9 +93,54 @@ class HostPrograms(NamedTuple):
     piece: Packing
 
 
+class HostEnvState(NamedTuple):
+    """``RunState.env`` of a host-env run (see the module docstring), leading axis num_envs."""
+
+    seeds: Any  # [num_envs] uint32: what the envs were last reset with
+    normalizer: Any = ()  # host_normalize.HostNormState of every env; () without normalisation
+
+
+_RESUME_STREAM = 0x2E5E7  # folded into the run key: a resumed run's reset seeds, apart
+
+
 def env_seeds(key: jax.Array, env_id: jax.Array) -> jax.Array:
     """``[B] uint32`` reset seeds of the host envs ``env_id``, from the reset key."""
     return jax.vmap(lambda k: jax.random.bits(k, (), jnp.uint32))(env_keys(key, env_id))
+
+
+def resume_seeds(run_key: jax.Array, update: int, num_envs: int) -> np.ndarray:
+    """``[num_envs] uint32``: the seeds a run resumed at ``update`` resets its envs with (fresh
+    episodes, drawn from the run key and the update on a stream of their own)."""
+    key = jax.random.fold_in(jax.random.fold_in(run_key, update), _RESUME_STREAM)
+    return np.asarray(env_seeds(key, jnp.arange(num_envs, dtype=jnp.int32)))
+
+
+def learning_spec(cfg: Any) -> EnvSpec:
+    """The spec the policy and learner see: the host env's, with float32 observations where
+    they are normalised."""
+    spec = host_env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
+    return dataclasses.replace(spec, obs_dtype=np.dtype(np.float32)) if cfg.normalize_obs else spec
+
+
+def fresh_normalizer(cfg: Any) -> Any:
+    """The normalisation state of all ``cfg.num_envs`` fresh envs (``()``: none)."""
+    spec = host_env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
+    return normalization.init_state(normalization.from_config(cfg), cfg.num_envs,
+                                    spec.obs_shape, source_obs_dtype(cfg.env))
+
+
+def abstract_state(cfg: Any) -> RunState:
+    """Shapes and dtypes of a host-env run's state (what a checkpoint holds)."""
+    algo = make_algorithm(cfg, learning_spec(cfg))
+    ids = jnp.arange(cfg.num_envs, dtype=jnp.int32)
+    state = jax.eval_shape(lambda key: init_state(None, algo, key, ids, reset_envs=env_seeds),
+                           jax.random.key(0))
+    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), fresh_normalizer(cfg))
+    state = state._replace(env=HostEnvState(state.env, shapes))
+    if not cfg.runner.deterministic:
+        return state
+    size = Packing.of(acting_params(algo, state)).size
+    return state._replace(behaviour_params=jax.ShapeDtypeStruct((size,), jnp.uint32))
 
 
 def piece_shapes(cfg: Any, spec: EnvSpec, act_out: Any, width: int) -> tuple:
@@ -150,17 +203,25 @@ def compile_host_programs(cfg: Any, algo: Algorithm, spec: EnvSpec, where: Layou
         ids = jax.ShapeDtypeStruct((per_stream,), jnp.int32)
         lowered.append(jax.jit(keys).lower(*shapes_on((run_state.key, scalar, ids), here)))
         lowered.append(jax.jit(policy).lower(*shapes_on((packed, obs, key_data), here)))
-    programs = compile_with_learner(cfg, algo, where, init, piece, lowered)
+    programs = compile_with_learner(cfg, algo, where, init, piece, lowered,
+                                    merges_obs_sums=False)
     return HostPrograms(programs.actor[0::2], programs.actor[1::2],
                         programs._replace(actor=[]), acted, piece)
 
 
 # --------------------------------------------------------------------------- host side
-def make_batcher(cfg: Any, env: HostVecEnv, programs: HostPrograms, stream: Stream) -> Batcher:
-    """The batcher of ``stream``: its envs and its device's programs."""
+def make_batcher(cfg: Any, env: HostVecEnv, programs: HostPrograms, stream: Stream,
+                 normalizer: Any = ()) -> Batcher:
+    """The batcher of ``stream``: its envs, its device's programs and its envs' normalisation
+    state (``normalizer``: a copy of their part of ``HostEnvState.normalizer``; ``()``: fresh,
+    or none without normalisation)."""
+    if normalizer == ():
+        normalizer = normalization.init_state(normalization.from_config(cfg), env.num_envs,
+                                              env.spec.obs_shape, source_obs_dtype(cfg.env))
     d = stream.device_index
     return Batcher(env, programs.keys[d], programs.policy[d], programs.acted, stream,
-                   cfg.num_steps)
+                   cfg.num_steps, normalization.from_config(cfg), normalizer,
+                   learning_spec(cfg).obs_dtype)
 
 
 LANES_PER_WORKER = 16
@@ -200,13 +261,20 @@ def make_envs(cfg: Any, where: Layout) -> HostVecEnv:
                          step_timeout=runner.host_step_timeout)
 
 
-def host_actor_loop(cfg: Any, batcher: Batcher, run_key: jax.Array, where: Layout,
-                    piece: Packing, pipeline: Pipeline, stats: RoleStats) -> None:
-    """One host actor stream (its envs reset): rollouts as ``pipeline.schedule`` says."""
-    for update, ticket, version, params in schedule(cfg, batcher.stream, 0, pipeline):
+def host_actor_loop(cfg: Any, batcher: Batcher, run_key: jax.Array, first: int, where: Layout,
+                    piece: Packing, pipeline: Pipeline, stats: RoleStats,
+                    snapshots: dict) -> None:
+    """One host actor stream (its envs reset): rollouts as ``pipeline.schedule`` says, from
+    update ``first``. After a rollout that ends a log chunk it keeps a copy of its envs'
+    normalisation state in ``snapshots``, keyed by the rollouts done (the stream's part of
+    ``HostEnvState`` handed to ``on_state``), before the learner can end that chunk."""
+    exact = cfg.runner.deterministic
+    for update, ticket, version, params in schedule(cfg, batcher.stream, first, pipeline):
         jax.block_until_ready(params)  # published as soon as dispatched: wait here, not in XLA
         start = time.perf_counter()
         traj, sums = batcher.rollout(params, run_key, update, version)
+        if chunk_ends(cfg, first, update + 1):
+            pipeline.keep_snapshot(snapshots, update + 1, batcher.norm_snapshot(), exact)
         hand_over(traj, sums, piece, where, pipeline, ticket, version)
         batcher.next_rollout()
         stats.busy_s += time.perf_counter() - start
@@ -221,57 +289,76 @@ def run(
     state: RunState | None = None,
     devices: Sequence[Any] | None = None,
 ) -> TrainResult:
-    """``run`` for a host env: the same result, metrics and timing (``actor_busy``:
-    the fraction of wall time a stream spent stepping envs and acting). ``state`` must be ``None``:
-    host env states cannot be restored."""
-    if state is not None:
-        raise ValueError(f"{type(cfg).__name__}.env: a run on the host env {cfg.env!r} cannot "
-                         "be resumed from a state (host env states live in Python objects and "
-                         "are not part of RunState)")
+    """``run`` for a host env: the same result, metrics and timing (``actor_busy``: the
+    fraction of wall time a stream spent stepping envs and acting). ``state``: continue from it
+    (a restored checkpoint; the envs restart from fresh resets, see the module docstring)."""
     try:
-        return _run(cfg, key, callbacks or Callbacks(), devices)
+        return _run(cfg, key, callbacks or Callbacks(), state, devices)
     except BaseException as error:
         traceback.clear_frames(error.__traceback__)  # as run: nothing outlives it
         raise
 
 
-def _run(cfg: Any, key: jax.Array, callbacks: Callbacks,
+def _run(cfg: Any, key: jax.Array, callbacks: Callbacks, state: RunState | None,
          devices: Sequence[Any] | None) -> TrainResult:
+    if state is not None and int(state.update) >= cfg.num_updates:
+        return TrainResult(state, {}, None)  # a finished run: nothing to compile
     start = time.perf_counter()
     where = layout(cfg, jax.local_devices() if devices is None else devices)
-    spec = host_env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
+    spec = learning_spec(cfg)
     programs = compile_host_programs(cfg, make_algorithm(cfg, spec), spec, where)
-    state = programs.learner.init(key)
-    seeds = np.asarray(state.env)  # [num_envs]
+    resumed = state is not None
+    if not resumed:
+        state = programs.learner.init(key)
+        env = HostEnvState(np.asarray(state.env), fresh_normalizer(cfg))
+    else:  # fresh episodes, the normalisation continued
+        env = HostEnvState(resume_seeds(state.key, int(state.update), cfg.num_envs),
+                           state.env.normalizer)
+    first = int(state.update)
     learner_state = place_tree(learner_state_spec(programs.learner.algo),
-                                   state._replace(env=()), where, put_global)
+                               state._replace(env=(), behaviour_params=()), where, put_global)
+    behaviour = put_global(state.behaviour_params, where.replicated)
     run_keys = [jax.device_put(state.key, d) for d in where.actor_devices]
-    setup = Setup(where, programs.learner, 0, learner_state, [], run_keys, ())
+    setup = Setup(where, programs.learner, first, learner_state, [], run_keys, behaviour)
     del state, learner_state
 
+    def share(tree: Any, s: Stream) -> Any:  # stream s's envs of an [num_envs, ...] tree
+        begin = where.env_offset + s.index * where.per_stream
+        return jax.tree.map(lambda x: np.array(x[begin:begin + where.per_stream]), tree)
+
     envs: list[HostVecEnv] = []
+    snapshots: list[dict] = [{} for _ in where.streams]
     failed = True
     try:
         for _ in where.streams:  # the workers start while the next are made
             envs.append(make_envs(cfg, where))
-        batchers = [make_batcher(cfg, env, programs, s) for s, env in zip(where.streams, envs)]
+        batchers = [make_batcher(cfg, e, programs, s, share(env.normalizer, s))
+                    for s, e in zip(where.streams, envs)]
         for s, batcher in zip(where.streams, batchers):  # starting envs is not training time
-            begin = where.env_offset + s.index * where.per_stream
-            batcher.reset(seeds[begin:begin + where.per_stream])
+            batcher.reset(share(env.seeds, s), resumed)
+            if not cfg.runner.deterministic:  # the newest state of each stream, from the start
+                snapshots[s.index][first] = batcher.norm_snapshot()
         compile_s = time.perf_counter() - start
 
         def actors(pipeline: Pipeline, stats: list[RoleStats]) -> list[tuple[Callable, tuple]]:
-            return [(host_actor_loop, (cfg, batchers[s.index], run_keys[s.device_index], where,
-                                       programs.piece, pipeline, stats[s.index]))
+            return [(host_actor_loop, (cfg, batchers[s.index], run_keys[s.device_index], first,
+                                       where, programs.piece, pipeline, stats[s.index],
+                                       snapshots[s.index]))
                     for s in where.streams]
 
-        result = drive(cfg, setup, callbacks, compile_s, actors,
-                              lambda pipeline, done: seeds)
+        def env_state(pipeline: Pipeline, done: int) -> HostEnvState:
+            exact = cfg.runner.deterministic
+            parts = [pipeline.snapshot(store, done, exact) for store in snapshots]
+            return HostEnvState(env.seeds, jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
+                                if env.normalizer != () else ())
+
+        result = drive(cfg, setup, callbacks, compile_s, actors, env_state)
         failed = False
         return result
     except TrainingInterrupted:  # Ctrl-C: a clean stop
         failed = False
         raise
     finally:
-        for env in envs:
-            env.close(failed=failed)
+        snapshots.clear()
+        for e in envs:
+            e.close(failed=failed)

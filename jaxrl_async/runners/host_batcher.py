@@ -8,7 +8,10 @@ the trajectory's buffer) and starts the group's next step (``env.send``). While 
 on one group, the others step in their workers or pools (double buffering with G = 2).
 
 The act keys are those of ``rollout.rollout``, per env and step (``act_keys``), so a rollout does
-not depend on G or on timing, and ``deterministic=True`` reproduces a run bit for bit.
+not depend on G or on timing, and ``deterministic=True`` reproduces a run bit for bit. With
+``normalize_obs``/``normalize_reward`` each step's observations and rewards are normalised
+(``envs/host_normalize.py``, per env) before the policy sees them and the trajectory records
+them; episode returns are counted in the raw rewards.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ import numpy as np
 
 from jaxrl_async.algos import Algorithm, Trajectory
 from jaxrl_async.envs import HostVecEnv
+from jaxrl_async.envs.host_normalize import Normalization, normalize_reset, normalize_step
 from jaxrl_async.rollout import EpisodeSums, step_keys
 from jaxrl_async.runners.common import update_keys
-from jaxrl_async.runners.host_trajectory import TrajectoryBuilder, unpack_numpy
+from jaxrl_async.runners.host_trajectory import TrajectoryBuilder, numpy_unpacker
 from jaxrl_async.runners.placement import Packing, Stream
 
 ENVS_PER_GROUP = 16
@@ -64,18 +68,31 @@ def policy_step(algo: Algorithm, params: Any, obs: jax.Array,
 class Batcher:
     """One stream's envs acted on by its device's policy (see the module docstring).
     ``keys(run_key, update, env_id) -> [T, B, 2]`` and ``policy(params, obs, key_data) ->
-    packed (action, extras)`` are the stream's compiled programs, the policy for one group."""
+    packed (action, extras)`` are the stream's compiled programs, the policy for one group;
+    ``norm``/``norm_state``: what to normalise and the stream's envs' normalisation state
+    (``host_normalize.HostNormState``, updated in place; ``()`` without normalisation);
+    ``obs_dtype``: the policy's observations' (float32 where they are normalised)."""
 
     def __init__(self, env: HostVecEnv, keys: Callable, policy: Callable, acted: Packing,
-                 stream: Stream, num_steps: int):
+                 stream: Stream, num_steps: int, norm: Normalization, norm_state: Any,
+                 obs_dtype: Any):
         self.env, self.stream, self.num_steps = env, stream, num_steps
         self.keys, self.policy, self.acted = keys, policy, acted
-        self.builder = TrajectoryBuilder(env.spec.obs_shape, env.spec.obs_dtype, acted,
+        self.unpack = numpy_unpacker(acted)
+        self.norm, self.norm_state = norm, norm_state
+        self.builder = TrajectoryBuilder(env.spec.obs_shape, obs_dtype, acted,
                                          np.asarray(stream.env_id), num_steps)
 
-    def reset(self, seeds: Sequence[int]) -> None:
-        """Reset the envs, env ``i`` with ``seeds[i]``."""
-        self.builder.start(self.env.reset([int(s) for s in seeds]))
+    def reset(self, seeds: Sequence[int], resumed: bool = False) -> None:
+        """Reset the envs, env ``i`` with ``seeds[i]`` (``resumed``: the first observations
+        are not added to the normalisation moments, ``host_normalize.normalize_reset``)."""
+        obs = self.env.reset([int(s) for s in seeds])
+        self.builder.start(normalize_reset(self.norm, self.norm_state, slice(None), obs,
+                                           counted=not resumed))
+
+    def norm_snapshot(self) -> Any:
+        """A copy of the stream's normalisation state (``()`` without normalisation)."""
+        return jax.tree.map(np.copy, self.norm_state)
 
     def rollout(self, params: jax.Array, run_key: jax.Array, update: int,
                 version: int) -> tuple[Trajectory, EpisodeSums]:
@@ -85,16 +102,20 @@ class Batcher:
         env, builder, T = self.env, self.builder, self.num_steps
         key_data = np.asarray(self.keys(run_key, np.int32(update), self.stream.env_id))
         parts = [env.group(g) for g in range(env.groups)]
+        norm, state = self.norm, self.norm_state
         for t in range(T):
             for g, part in enumerate(parts):
                 if t:
-                    builder.record(t - 1, part, env.recv(g))
+                    out = env.recv(g)
+                    builder.record(t - 1, part, normalize_step(norm, state, part, out),
+                                   out.reward)
                 acted = np.asarray(self.policy(params, builder.obs[t, part], key_data[t, part]))
-                action, extras = unpack_numpy(self.acted, acted)
+                action, extras = self.unpack(acted)
+                env.send(g, action)  # the envs step while the step is recorded
                 builder.act(t, part, (action, extras))
-                env.send(g, action)
         for g, part in enumerate(parts):
-            builder.record(T - 1, part, env.recv(g))
+            out = env.recv(g)
+            builder.record(T - 1, part, normalize_step(norm, state, part, out), out.reward)
         return builder.finish(update, version)
 
     def next_rollout(self) -> None:

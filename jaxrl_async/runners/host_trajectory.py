@@ -10,6 +10,7 @@ more than the trajectory, ``obs[T]``: the observations the next rollout starts f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import chex
@@ -65,21 +66,37 @@ def pack_numpy(packing: Packing, tree: Any) -> np.ndarray:
     return flat
 
 
+def numpy_unpacker(packing: Packing) -> Callable[[np.ndarray], Any]:
+    """``flat -> packing.unpack(flat)`` with numpy on the host, the leaves' places read off
+    once (a host actor unpacks every policy call); the leaves may be views of ``flat``."""
+    places, offset = [], 0
+    for want in packing.leaves:
+        n, w, dtype = int(np.prod(want.shape)), words(want), np.dtype(want.dtype)
+        stored = dtype if is_bytes(dtype) else np.dtype(wide_dtype(dtype))
+        places.append((offset, n, w, dtype, stored, tuple(want.shape)))
+        offset += w
+    treedef, size = packing.treedef, packing.size
+
+    def unpack(flat: np.ndarray) -> Any:
+        flat = np.asarray(flat, np.uint32)
+        if flat.shape != (size,):
+            raise ValueError(f"expected a packed vector of {size}, got shape {flat.shape}")
+        leaves = []
+        for offset, n, w, dtype, stored, shape in places:
+            if is_bytes(dtype):
+                leaves.append(flat[offset:offset + w].view(dtype)[:n].reshape(shape))
+            elif stored == dtype:
+                leaves.append(flat[offset:offset + n].view(dtype).reshape(shape))
+            else:
+                leaves.append(flat[offset:offset + n].view(stored).reshape(shape).astype(dtype))
+        return jax.tree.unflatten(treedef, leaves)
+
+    return unpack
+
+
 def unpack_numpy(packing: Packing, flat: np.ndarray) -> Any:
     """``packing.unpack(flat)`` with numpy on the host."""
-    flat = np.asarray(flat, np.uint32)
-    if flat.shape != (packing.size,):
-        raise ValueError(f"expected a packed vector of {packing.size}, got shape {flat.shape}")
-    leaves, offset = [], 0
-    for want in packing.leaves:
-        n, w = int(np.prod(want.shape)), words(want)
-        if is_bytes(want.dtype):
-            leaves.append(flat[offset:offset + w].view(want.dtype)[:n].reshape(want.shape))
-        else:
-            wide = flat[offset:offset + n].view(np.dtype(wide_dtype(want.dtype)))
-            leaves.append(wide.reshape(want.shape).astype(want.dtype))
-        offset += w
-    return jax.tree.unflatten(packing.treedef, leaves)
+    return numpy_unpacker(packing)(flat)
 
 
 class TrajectoryBuilder:
@@ -112,14 +129,15 @@ class TrajectoryBuilder:
         for buf, x in zip(jax.tree.leaves(self.acted), jax.tree.leaves(acted)):
             buf[t, part] = x
 
-    def record(self, t: int, part: slice, out: HostStep) -> None:
-        """What step ``t`` of the envs ``part`` returned; their next observations become
-        ``obs[t + 1]``."""
+    def record(self, t: int, part: slice, out: HostStep, raw_reward: np.ndarray) -> None:
+        """What step ``t`` of the envs ``part`` returned (normalised, where the run normalises:
+        the trajectory's), with the env's own ``raw_reward`` (the episode returns'); their
+        next observations become ``obs[t + 1]``."""
         self.reward[t, part], self.next_obs[t, part] = out.reward, out.final_obs
         self.terminated[t, part], self.truncated[t, part] = out.terminated, out.truncated
         self.obs[t + 1, part] = out.obs
         ret, length = self.ret[part], self.length[part]  # views
-        ret += out.reward
+        ret += raw_reward
         length += 1
         done = out.terminated | out.truncated
         if done.any():

@@ -79,8 +79,8 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
 
     def rollout(params, carry, run_key, update, env_id, version):
         policy, moments = params_packing.unpack(params)
-        carry, traj, sums = collect(env, algo, policy, with_moments(carry, moments), run_key,
-                                    update, cfg.num_steps, env_id, version)
+        carry, traj, sums = collect(env, algo, policy, with_moments(carry, moments, cfg.obs_clip),
+                                    run_key, update, cfg.num_steps, env_id, version)
         if cfg.normalize_obs:  # the stream's raw-observation sums travel with its episode sums
             sums = (sums, obs_sums(carry.env_state))
         return carry, split_for_learners(traj, sums, num_learners)
@@ -104,10 +104,13 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
 
 
 def compile_with_learner(cfg: Any, algo: Algorithm, where: Layout, init: Callable,
-                         piece_packing: Packing, actors: list) -> Programs:
+                         piece_packing: Packing, actors: list,
+                         merges_obs_sums: bool = True) -> Programs:
     """Compile the update for the learner devices (one packed piece per stream and learner
     device, laid out by ``piece_packing``), ``pack_params``, ``init`` and the lowered actor
-    programs ``actors`` (kept, compiled, in ``Programs.actor``), from shapes alone."""
+    programs ``actors`` (kept, compiled, in ``Programs.actor``), from shapes alone.
+    ``merges_obs_sums``: with normalize_obs, the pieces carry the device envs' observation
+    sums, which the update merges (host envs normalise on the host: ``False``)."""
     axis = AXIS if len(where.all_learner_devices) > 1 else None
     run_state = jax.eval_shape(init, jax.random.key(0))
     spec = learner_state_spec(algo)
@@ -121,7 +124,7 @@ def compile_with_learner(cfg: Any, algo: Algorithm, where: Layout, init: Callabl
         sums = jax.tree.map(lambda *xs: sum(xs), *[s for _, s in pieces])
         if axis:
             sums = lax.psum(sums, axis)
-        if cfg.normalize_obs:  # every stream's and device's observations, merged once
+        if cfg.normalize_obs and merges_obs_sums:  # every stream's and device's, merged once
             sums, observed = sums
             state = state._replace(obs_moments=merge_moments(state.obs_moments, observed))
         staleness = (state.update - traj.policy_version).astype(jnp.float32)

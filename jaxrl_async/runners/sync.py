@@ -87,7 +87,8 @@ def program(cfg: Any) -> Program:
         if axis:
             sums = lax.psum(sums, axis)
         env_carry, moments = merge_obs_statistics(env_carry, state.obs_moments,
-                                                  obs_sums(env_carry.env_state), axis)
+                                                  obs_sums(env_carry.env_state), axis,
+                                                  cfg.obs_clip)
         state = state._replace(obs_moments=moments)
         return learn_update(algo, state._replace(env=env_carry), traj, sums,
                             cfg.steps_per_update, axis)

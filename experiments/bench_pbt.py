@@ -46,7 +46,7 @@ from jaxrl_async.sweep import _stack, run_points
 pbt_module = __import__("jaxrl_async.pbt", fromlist=["_exploit"])
 
 TASKS = {
-    # experiments/configs/pendulum_ppo.yaml at a smaller budget; lr and gamma matter most
+    # jaxrl_async/presets/pendulum_ppo.yaml at a smaller budget; lr and gamma matter most
     "pendulum": (jra.PPOConfig(env="Pendulum-v1", num_envs=16, num_steps=64, lr=1e-3,
                                update_epochs=10, num_minibatches=8, ent_coef=0.0,
                                activation="relu", clip_value=False, gamma=0.95,

@@ -18,7 +18,6 @@ import os
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -50,7 +49,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--log-every", type=int, default=10)
     args = parser.parse_args()
-    cfg = jra.load_config(Path(__file__).parent / "configs" / "cartpole_ppo.yaml")
+    cfg = jra.load_config("cartpole_ppo")  # jaxrl_async/presets/cartpole_ppo.yaml
     cfg = dataclasses.replace(cfg, log_every=args.log_every)
     jra.train(cfg, progress=False)  # compile once (the host programs are cached)
     sps = {"plain": [], "wandb": []}
@@ -64,7 +63,7 @@ def main() -> None:
             host_s.append(sink.host_s)
             writer_s.append(sink.writer_s)
     plain, tracked = statistics.median(sps["plain"]), statistics.median(sps["wandb"])
-    print(json.dumps({"config": "experiments/configs/cartpole_ppo.yaml",
+    print(json.dumps({"config": "jaxrl_async/presets/cartpole_ppo.yaml",
                       "log_every": args.log_every, "updates": cfg.num_updates,
                       "sps_plain": sps["plain"], "sps_wandb": sps["wandb"],
                       "median_ratio": tracked / plain, "sink_host_loop_s": host_s,

@@ -168,7 +168,7 @@ def restore(run_dir: str | Path, cfg: Any, step: int | None = None, *,
 
     available = steps(run_dir)
     if not available:
-        raise CheckpointError(f"no checkpoint in {checkpoint_dir(run_dir)}")
+        raise CheckpointError(no_checkpoint(run_dir))
     step = available[-1] if step is None else step
     for partial in incomplete(run_dir):
         warnings.warn(f"ignoring the incomplete checkpoint {partial} (its write was "
@@ -260,12 +260,48 @@ def config_differences(saved: dict, cfg: Any, *, budget_may_differ: bool = False
             if saved.get(k) != now.get(k)]
 
 
+def no_checkpoint(run_dir: str | Path) -> str:
+    """``no checkpoint in RUN_DIR/checkpoints: <why>``, the why read off the run directory."""
+    import json
+
+    run_dir = Path(run_dir)
+    where = f"no checkpoint in {checkpoint_dir(run_dir)}"
+    partial = incomplete(run_dir)
+    if partial:
+        return (f"{where}: the only write was interrupted before it was complete "
+                f"({partial[-1].name}); train the run anew")
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = None
+    try:
+        every = json.loads((run_dir / "config.json").read_text()).get("checkpoint_every", 0)
+    except (OSError, ValueError, AttributeError):
+        every = None
+    if isinstance(summary, dict) and summary.get("diverged"):
+        update = summary["diverged"].get("update")
+        return (f"{where}: the run diverged at update {update} before its first checkpoint (a "
+                "diverged state is never saved); train it anew, e.g. with a smaller lr")
+    if isinstance(summary, dict):
+        return (f"{where}: the run ended without writing one (a multi-process run writes none; "
+                "so did host-env runs of earlier versions); train it anew")
+    if (run_dir / "metrics.jsonl").exists():
+        first = (f"the first was due after update {every}" if every else
+                 "with checkpoint_every=0 the only one is written at the end of training or on "
+                 "Ctrl-C")
+        return (f"{where}: the run stopped (killed, or it is still running) before its first "
+                f"checkpoint ({first}); train it anew, with checkpoint_every=N to keep some")
+    return f"{where}: the run has written nothing yet"
+
+
 def check_resume(run_dir: str | Path, saved: Any, cfg: Any, extend: bool = False) -> None:
     """``CheckpointError`` unless the run in ``run_dir``, trained with ``saved``, may continue
     as ``cfg``: the same config but for the ``io_fields`` and the budget. A budget smaller than
     the updates already trained is refused (whatever ``extend`` says); a budget of another
     number of updates needs ``extend`` when ``cfg`` plans a schedule over it
     (``cfg.budget_schedules()``); ``extend`` re-plans those over the new budget."""
+    if not steps(run_dir):  # first: no other reason matters without a checkpoint
+        raise CheckpointError(no_checkpoint(run_dir))
     differ = config_differences(to_dict(saved), cfg, budget_may_differ=True)
     if differ:
         raise CheckpointError(f"cannot resume {run_dir} with a different config: "

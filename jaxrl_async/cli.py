@@ -3,7 +3,7 @@ one source of truth for flags and help).
 
     jaxrl-async train --algo ppo --env CartPole-v1 --runner sync --total-timesteps 5e5 --lr 3e-4
     jaxrl-async train --resume runs/ppo_CartPole-v1_sync_20250101-120000
-    jaxrl-async train --config experiments/configs/cartpole_ppo.yaml --lr 1e-3 --track
+    jaxrl-async train --config jaxrl_async/presets/cartpole_ppo.yaml --lr 1e-3 --track
     jaxrl-async sweep --algo ppo --grid lr=1e-4,3e-4,1e-3 --grid ent_coef=0,0.01 --seeds 4
     jaxrl-async sweep --algo ppo --random lr=log:1e-4:1e-2 --num-samples 16 --seeds 2
     jaxrl-async pbt --algo ppo --space lr=log:1e-4:1e-2 --population 16 --ready-every 10
@@ -19,6 +19,7 @@ import datetime
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +175,14 @@ def _train(args: argparse.Namespace, tracker: Any, final_episodes: int) -> int:
     from jaxrl_async.checkpoint import CheckpointError
     from jaxrl_async.distributed import is_main_process
     from jaxrl_async.runners.state import TrainingDiverged, TrainingInterrupted
-    from jaxrl_async.train import default_run_dir, no_episode_note, summary, train
+    from jaxrl_async.train import (
+        PartialUpdateWarning,
+        default_run_dir,
+        no_episode_note,
+        partial_update_note,
+        summary,
+        train,
+    )
 
     if args.extend and not args.resume:
         return _fail("--extend continues a run: it needs --resume RUN_DIR")
@@ -189,11 +197,20 @@ def _train(args: argparse.Namespace, tracker: Any, final_episodes: int) -> int:
         cfg = config_from_args(args, base)
     except (ValueError, TypeError) as e:
         return _fail(e)
+    if base is None:
+        hint = options.defaults_hint(cfg)
+        if hint:
+            print(f"hint: {hint}", file=sys.stderr)
     run_dir = Path(args.resume or args.run_dir or default_run_dir(cfg))
+    note = partial_update_note(cfg)
+    if note and (not args.resume or cfg.total_timesteps != base.total_timesteps):
+        print(f"note: {note}", file=sys.stderr)  # once, and not again on resume
     try:
-        result = train(cfg, seed=args.seed, run_dir=None if args.resume else run_dir,
-                       resume=args.resume, extend=args.extend, progress=args.progress,
-                       callbacks=[tracker] if tracker is not None else [])
+        with warnings.catch_warnings():  # said above, as one line
+            warnings.simplefilter("ignore", PartialUpdateWarning)
+            result = train(cfg, seed=args.seed, run_dir=None if args.resume else run_dir,
+                           resume=args.resume, extend=args.extend, progress=args.progress,
+                           callbacks=[tracker] if tracker is not None else [])
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
         if e.last_checkpoint is not None:
@@ -215,10 +232,15 @@ def _train(args: argparse.Namespace, tracker: Any, final_episodes: int) -> int:
     print(f"  final return (episodes ended in the last {s['final_return_updates']} updates): "
           + (sinks.format_return(final) if final == final else f"none: {no_episode_note(cfg)}"))
     if s["sps"] is not None:
-        collected = ("" if s["sps_collected"] is None
-                     else f" (collected: {s['sps_collected']:,.0f})")
-        print(f"  SPS: {s['sps']:,.0f}{collected}   compile: {s['compile_s']:.1f} s   "
+        print(f"  SPS: {s['sps']:,.0f} trained on   compile: {s['compile_s']:.1f} s   "
               f"train: {s['train_s']:.1f} s")
+        extra = s.get("env_steps_collected", 0) - s.get("env_steps_trained", 0)
+        if extra > 0:  # free-running: the actors ran ahead of the learner
+            print(f"  collected {s['sps_collected']:,.0f} env steps/s, {extra:,} more than were "
+                  f"trained on: the free-running actors ran ahead of the learner; "
+                  f"{s['env_steps_dropped']:,} were dropped as staler than max_staleness="
+                  f"{cfg.runner.max_staleness} updates, {s['env_steps_queued']:,} still queued "
+                  "when training ended")
     if cfg.eval_every or final_episodes > 0:
         _final_evaluation(cfg, result, s, final_episodes, args.seed, tracker, run_dir)
     if is_main_process():
@@ -363,6 +385,7 @@ COMMANDS = {
     "halving": (lambda argv: cmd_population("halving", argv),
                 "successive halving: the top 1/eta go on, inside one compile"),
     "eval": (cmd_eval, "evaluate a run directory's checkpoint on fresh envs"),
+    "presets": (options.cmd_presets, "list the settings files that come with the package"),
 }
 
 

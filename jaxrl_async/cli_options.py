@@ -1,5 +1,6 @@
 """The command line's options for settings files (``--config``) and experiment tracking
-(``--track``): their flags, and what they turn into for ``cli.cmd_train`` and ``cli.cmd_sweep``.
+(``--track``): their flags, and what they turn into for ``cli.cmd_train`` and ``cli.cmd_sweep``;
+``jaxrl-async presets``, the settings files that come with the package.
 Nothing here imports wandb: ``tracking`` does, when a tracker run starts."""
 
 from __future__ import annotations
@@ -134,3 +135,45 @@ def log_sweep(args: argparse.Namespace, out: Any, cfg: Any, spec: dict, result: 
 
         log_sweep(out, cfg, spec, result, project=args.wandb_project,
                   entity=args.wandb_entity, rank_by=args.rank_by)
+
+
+ON_POLICY_DEFAULTS = ("ppo", "impala", "recurrent_ppo")
+"""Algorithms whose defaults are tuned for CartPole (PureJaxRL's settings)."""
+
+
+def defaults_hint(cfg: Any) -> str | None:
+    """One line for a run of CartPole's defaults on a continuous-control env (no ``--config``):
+    the presets made for continuous control, those of ``cfg.env`` first; ``None`` otherwise."""
+    from jaxrl_async import config_files
+
+    if cfg.name not in ON_POLICY_DEFAULTS or cfg.is_discrete:
+        return None
+    envs = {name: config_files.read_file(path).get("env")
+            for name, path in config_files.presets().items()}
+    same = [name for name, env in envs.items() if env == cfg.env]
+    continuous = ["pendulum_ppo", "cleanrl_ppo_hopper"]
+    names = same + [n for n in continuous if n not in same and n in envs]
+    return (f"{cfg.title}'s defaults are PureJaxRL's CartPole settings, rarely right for "
+            f"continuous control ({cfg.env}); start from a preset: "
+            + ", ".join(f"--config {n}" + (f" ({envs[n]})" if envs[n] != cfg.env else "")
+                        for n in names)
+            + ", or --algo sac; jaxrl-async presets lists them all")
+
+
+def cmd_presets(argv: list[str]) -> int:
+    """``jaxrl-async presets``: the run files that come with the package, by name."""
+    argparse.ArgumentParser(
+        prog="jaxrl-async presets",
+        description="The presets: settings files given by name (train --config NAME); "
+                    "published/ ones are what make reproduce runs.").parse_args(argv)
+    from jaxrl_async import config_files
+
+    for name, path in config_files.presets().items():
+        data = config_files.read_file(path)
+        algo = data.get("algo") or data.get("_type", "?").removesuffix("Config").lower()
+        steps = data.get("total_timesteps", "?")
+        steps = f"{int(float(steps)):,}" if isinstance(steps, (int, float, str)) else steps
+        where = path.relative_to(config_files.PRESETS.parent.parent)
+        print(f"{name:34} {algo:8} {data.get('env', 'CartPole-v1'):26} {steps:>11} steps  "
+              f"{where}")
+    return 0

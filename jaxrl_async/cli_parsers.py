@@ -74,6 +74,22 @@ def nearest(word: str, choices: Any) -> str:
     return f" (did you mean {' or '.join(found)}?)" if found else ""
 
 
+OTHER_NAMES = {  # flags of other libraries (CleanRL, Stable-Baselines3) -> ours
+    "--learning-rate": "--lr", "--clip-coef": "--clip-eps", "--clip-range": "--clip-eps",
+    "--norm-adv": "--normalize-advantages", "--clip-vloss": "--clip-value",
+    "--env-id": "--env", "--n-envs": "--num-envs", "--n-steps": "--num-steps",
+    "--n-epochs": "--update-epochs", "--total-steps": "--total-timesteps",
+}
+
+
+def other_name(flag: str, flags: Any) -> str:
+    """`` (did you mean --lr? ...)`` for a flag another library spells differently."""
+    ours = OTHER_NAMES.get(flag)
+    if ours is None or ours not in flags:
+        return ""
+    return f" (did you mean {ours}? {flag} is another library's name for it)"
+
+
 class Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line (the flag, what it allows) with the
     nearest flag or choice suggested, and exit code 2."""
@@ -91,7 +107,8 @@ class Parser(argparse.ArgumentParser):
             unknown = [a.split("=")[0] for a in message.split(":", 1)[1].split()
                        if a.startswith("--")]
             flags = [o for o in self._option_string_actions if o.startswith("--")]
-            message += "".join(nearest(flag, flags) for flag in unknown[:1])
+            message += "".join(other_name(flag, flags) or nearest(flag, flags)
+                               for flag in unknown[:1])
         print(f"{self.prog}: error: {' '.join(message.split())}", file=sys.stderr)
         sys.exit(2)
 

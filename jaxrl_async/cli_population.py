@@ -109,13 +109,17 @@ def run(kind: str, args: argparse.Namespace, cfg: Any, out: Path) -> Any:
 
 def write(out: Path, result: Any) -> dict[str, Any]:
     """The population directory's result files; returns the best member's row."""
+    import numpy as np
+
     from jaxrl_async import sinks
     from jaxrl_async.config import to_dict
+    from jaxrl_async.population_result import shortest
 
     out.mkdir(parents=True, exist_ok=True)
     result.to_csv(out / "members.csv")
     result.plot(path=out / "population.png")
-    lineage = {k: v.tolist() for k, v in result.lineage.items()}
+    lineage = {k: np.vectorize(shortest)(v).tolist() if np.issubdtype(v.dtype, np.floating)
+               else v.tolist() for k, v in result.lineage.items()}
     sinks.write_json(out / "lineage.json", {"seeds": list(result.seeds), **lineage})
     best = result.best()
     sinks.write_json(out / "best.json", {**to_dict(best["cfg"]), "from_population": {
@@ -128,9 +132,11 @@ def report(out: Path, result: Any, best: dict[str, Any]) -> None:
     from jaxrl_async.sinks import format_return
 
     t, s = result.timing, result.schedule
+    speed = (f"train {t['train_s']:.1f} s, {t['sps']:,.0f} SPS in all" if t["steps_trained"]
+             else "nothing left to train: the population had finished")
     print(f"\n{s.kind}: {s.population} members x {len(result.seeds)} seeds = {t['runs']} runs, "
           f"{t['exploits']} exploit steps in the program; compile {t['compile_s']:.1f} s, "
-          f"train {t['train_s']:.1f} s, {t['sps']:,.0f} SPS in all")
+          f"{speed}")
     print(f"  final return: the mean return of the episodes that ended in each member's last "
           f"{result.final_window} updates")
     for i, seed in enumerate(result.seeds):

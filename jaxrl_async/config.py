@@ -144,9 +144,10 @@ class TrainConfig:
     a name given to jaxrl_async.register_env or an entry point of the group jaxrl_async.envs,
     run on the device; or a host env stepped by CPU threads, with the async runner only:
     'gymnasium:<id>' (any registered gymnasium id, e.g. gymnasium:CartPole-v1) or
-    'envpool:<id>' (needs the package envpool). Each actor stream (runner.actors_per_device
-    per actor device) is one thread owning num_envs / streams host envs, seeded per env from
-    the run seed; their states are not part of the checkpointable run state."""
+    'envpool:<id>' (needs the package envpool), which gets AsyncConfig() when no runner is
+    named. Each actor stream (runner.actors_per_device per actor device) is one thread owning
+    num_envs / streams host envs, seeded per env from the run seed; a run resumed from a
+    checkpoint resets them afresh."""
     total_timesteps: int = static(499_712, positive_count)  # PureJaxRL's 5e5 in whole updates
     """Environment steps to train for (summed over all envs), in whole updates of num_envs *
     num_steps: a remainder is not trained (a warning names the steps trained)."""
@@ -198,7 +199,7 @@ class TrainConfig:
     eval_every: int = static(0, non_negative_int)
     """Updates between evaluations on fresh envs inside the compiled program (and after the
     last update), reported as eval_return and eval_length (NaN between evaluations); 0: none.
-    Device envs only."""
+    Device envs only (host envs are evaluated after training, or from a checkpoint)."""
     eval_episodes: int = static(10, positive_int)
     """Episodes per evaluation (fresh envs run in parallel; split over the devices when they
     divide it)."""
@@ -301,8 +302,11 @@ class TrainConfig:
                 fail(self, "runner", f"host_groups={self.runner.host_groups} must divide each "
                      f"actor stream's {per_stream} host envs (num_envs / streams)")
         if self.eval_every and is_host_env(self.env):
-            fail(self, "eval_every", f"must be 0 for the host env {self.env!r} (evaluation runs "
-                 "inside the compiled program, on device envs); use jra.evaluate afterwards")
+            fail(self, "eval_every", f"must be 0 for the host env {self.env!r}: evaluation "
+                 "during training runs inside the compiled program, on device envs; a host-env "
+                 "run is evaluated after training (jaxrl-async train prints a final "
+                 "evaluation; jra.evaluate(result, cfg); jaxrl-async eval RUN_DIR for any "
+                 "checkpoint, e.g. every checkpoint_every updates)")
         if self.runner.name == "async":
             self.check_async_env_split()
         if not self.accumulates_gradients and self.grad_accum_steps != 1:

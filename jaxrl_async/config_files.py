@@ -23,6 +23,11 @@ the sweep file), the grid or the random-search spaces, and the seeds::
 A sweep directory's ``config.json`` is a sweep file (its base as a ``config.json`` mapping),
 and its ``best.json`` a run file of the best config.
 
+**Presets**: run files that come with the package (``jaxrl_async/presets``: the reference
+settings, and under ``published/`` the published settings ``make reproduce`` runs), given by
+name wherever a file is: ``train --config pendulum_ppo``, ``jra.load_config("cleanrl_ppo_hopper")``;
+``jaxrl-async presets`` lists them.
+
 Every key is checked before anything compiles: an unknown key, a wrong type or a bad value is a
 ``ValueError`` naming the file, the key and what is allowed.
 """
@@ -46,13 +51,45 @@ SWEEP_KEYS = ("base", "grid", "random", "num_samples", "seeds", "sample_seed", "
 RANGE_KINDS = ("log", "uniform")
 
 
+PRESETS = Path(__file__).resolve().parent / "presets"
+"""The package's run files (see the module docstring)."""
+
+
 class ConfigFileError(ValueError):
     """A config file that cannot be read or does not describe a valid config."""
 
 
-def read_file(path: str | Path) -> dict[str, Any]:
-    """The mapping a YAML or JSON file holds (YAML also reads ``1e-4`` as a number)."""
+def presets() -> dict[str, Path]:
+    """Every preset: name (the file's stem) -> file."""
+    return {p.stem: p for p in sorted(PRESETS.rglob("*")) if p.suffix in SUFFIXES}
+
+
+def is_preset(name: str | Path) -> bool:
+    """Whether ``name`` names a preset and no file or folder here."""
+    return not Path(name).exists() and str(name) in presets()
+
+
+def resolve(path: str | Path) -> Path:
+    """A settings file: ``path``, or the preset it names. A name that is neither (no suffix, no
+    such file) is a ``ConfigFileError`` listing the presets (the nearest first)."""
+    found = presets()
+    if is_preset(path):
+        return found[str(path)]
     path = Path(path)
+    if path.suffix or path.exists() or len(path.parts) > 1:
+        return path
+    import difflib
+
+    near = difflib.get_close_matches(str(path), found, n=3, cutoff=0.5)
+    hint = f" (did you mean {' or '.join(near)}?)" if near else ""
+    raise ConfigFileError(f"{path}: no such file, and no preset of that name{hint}; presets: "
+                          f"{', '.join(found)} (jaxrl-async presets describes them)")
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """The mapping a YAML or JSON file (or the preset of that name) holds (YAML also reads
+    ``1e-4`` as a number)."""
+    path = resolve(path)
     if path.suffix not in SUFFIXES:
         raise ConfigFileError(f"{path}: a config file ends in one of {list(SUFFIXES)}")
     try:
@@ -85,8 +122,8 @@ def _yaml(text: str) -> Any:
 
 
 def load_config_file(path: str | Path) -> tuple[Any, int | None]:
-    """The validated config a run file describes, and its ``seed`` (``None`` if not given)."""
-    path = Path(path)
+    """The validated config a run file (or preset) describes, and its ``seed`` (``None`` if
+    not given)."""
     data = read_file(path)
     if is_sweep_file(data):
         raise ConfigFileError(sweep_note(path))

@@ -301,8 +301,9 @@ def run_population(cfg: Any, space: Space, schedule: Schedule, seeds: int | Sequ
     if checkpoint_dir is not None:
         ckpt.write_meta(checkpoint_dir, cfg, space, schedule, seeds, seed, checkpoint_every)
 
+    first = 0 if resume is None else resume[0]  # segments done before this call
     bar = None
-    if progress:
+    if progress and first < total:  # a finished population has nothing to show
         from tqdm.auto import tqdm
 
         bar = tqdm(total=runs * cfg.num_updates * cfg.steps_per_update, unit="step",
@@ -346,8 +347,10 @@ def run_population(cfg: Any, space: Space, schedule: Schedule, seeds: int | Sequ
     if checkpoint_dir is not None:
         ckpt.save(checkpoint_dir, total, jax.device_get(carry), outputs)
     steps = runs * cfg.num_updates * cfg.steps_per_update
+    if total:  # what this call trained: the segments left (a resumed run's), in steps
+        steps = steps * (total - first) // total
     timing = {"compile_s": compile_s, "train_s": train_s, "sps": steps / max(train_s, 1e-9),
-              "runs": runs, "exploits": schedule.exploits}
+              "runs": runs, "exploits": schedule.exploits, "steps_trained": steps}
     return PopulationResult.assemble(cfg, space, schedule, seeds, points, outputs, rest,
                                      params, timing)
 

@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxrl_async.sinks import final_window, window_returns
+from jaxrl_async.sinks import final_window, finite_points, window_returns
 from jaxrl_async.sweep_result import quiet_nan
 
 
@@ -123,7 +123,7 @@ class PopulationResult:
             for s, seed in enumerate(self.seeds):
                 out.append({"member": m, "seed": seed,
                             **{f"initial_{f}": v for f, v in point.items()},
-                            **{f: float(hypers[f][m, s]) for f in self.space.names},
+                            **{f: shortest(hypers[f][m, s]) for f in self.space.names},
                             "root": self.ancestry(m, s)[0],
                             "final_return": float(final[m, s])})
         return out
@@ -152,7 +152,7 @@ class PopulationResult:
         with quiet_nan():
             for m, color in enumerate(colors):
                 returns = self.curves["episode_return"][m, seed_index]
-                axes[0, 0].plot(steps, returns, color=color, lw=0.8, alpha=0.8)
+                axes[0, 0].plot(*finite_points(steps, returns), color=color, lw=0.8, alpha=0.8)
         axes[0, 0].set_xlabel("environment steps")
         axes[0, 0].set_ylabel("mean episodic return")
         axes[0, 0].set_title(f"{self.schedule.kind} on {self.base.env}: "
@@ -181,6 +181,13 @@ class PopulationResult:
 
 
 def _number(cfg: Any, field: str, value: Any) -> Any:
-    """``value`` as the field's Python type (an int for an int field)."""
+    """``value`` as the field's Python type (an int for an int field; a float as the shortest
+    decimal of its float32, so a member's ``lr=0.01`` reads 0.01, not 0.009999999776482582)."""
     return int(round(float(value))) if isinstance(getattr(cfg, field), int) and not isinstance(
-        getattr(cfg, field), bool) else float(value)
+        getattr(cfg, field), bool) else shortest(value)
+
+
+def shortest(value: Any) -> float:
+    """A float32 value (a traced hyperparameter) as the shortest decimal that is that
+    float32."""
+    return float(str(np.float32(value)))

@@ -213,20 +213,39 @@ def last_eval_return(metrics: dict[str, np.ndarray]) -> float:
     return float(finite[-1]) if finite.size else math.nan
 
 
-def plot_learning_curve(metrics: dict[str, np.ndarray], path: str | Path, title: str) -> Path:
-    """Save mean episodic return against env steps as a PNG."""
+def finite_points(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The points of a curve where ``y`` is finite: an update in which no episode ended has a
+    NaN return, and a line drawn through NaNs connects no two points (episodes longer than a
+    rollout leave most updates without one)."""
+    x, y = np.asarray(x), np.asarray(y, np.float64)
+    keep = np.isfinite(y)
+    return x[keep], y[keep]
+
+
+def learning_curve_figure(metrics: dict[str, np.ndarray], title: str) -> Any:
+    """Mean episodic return against env steps, the updates where episodes ended (a single
+    one as a dot)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    ax.plot(np.asarray(metrics["env_steps"]), np.asarray(metrics["episode_return"]), lw=1.5)
+    x, y = finite_points(metrics["env_steps"], metrics["episode_return"])
+    ax.plot(x, y, lw=1.5, marker="o" if len(x) == 1 else None)
     ax.set_xlabel("environment steps")
     ax.set_ylabel("mean episodic return")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+def plot_learning_curve(metrics: dict[str, np.ndarray], path: str | Path, title: str) -> Path:
+    """Save ``learning_curve_figure`` as a PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = learning_curve_figure(metrics, title)
     path = Path(path)
     fig.savefig(path)
     plt.close(fig)

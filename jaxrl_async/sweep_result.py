@@ -190,8 +190,10 @@ class SweepResult:
             with quiet_nan():
                 mean = np.nanmean(returns, axis=0)
                 low, high = np.nanmin(returns, axis=0), np.nanmax(returns, axis=0)
-            (line,) = ax.plot(steps, mean, label=f"{name}={value:g}")
-            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+            keep = np.isfinite(mean)  # updates where an episode ended (sinks.finite_points)
+            (line,) = ax.plot(steps[keep], mean[keep], label=f"{name}={value:g}")
+            ax.fill_between(steps[keep], low[keep], high[keep], color=line.get_color(),
+                            alpha=0.2)
         ax.set_xlabel("environment steps")
         ax.set_ylabel("mean episodic return")
         ax.set_title(f"{self.base.title} on {self.base.env}: {len(self.seeds)} seeds "

@@ -39,17 +39,28 @@ def make_train(cfg: Any) -> Callable[[jax.Array], TrainResult]:
     return sync.make_train(cfg)
 
 
-def warn_partial_update(cfg: Any) -> None:
-    """Warn (once per config and place) when ``total_timesteps`` is not a whole number of
-    updates: the remainder is not trained, and the warning says what is."""
+class PartialUpdateWarning(UserWarning):
+    """``total_timesteps`` is not a whole number of updates: the remainder is not trained."""
+
+
+def partial_update_note(cfg: Any) -> str | None:
+    """What is trained of a budget that is not a whole number of updates (``None`` if it is)."""
     spu, total = cfg.steps_per_update, cfg.total_timesteps
-    if total % spu:
-        n, trained = cfg.num_updates, cfg.num_updates * spu
-        warnings.warn(
-            f"{type(cfg).__name__}.total_timesteps={total:,} is not a whole number of updates "
-            f"of num_envs * num_steps = {spu:,} steps: training {n:,} update{'s' * (n != 1)} = "
-            f"{trained:,} steps (whole budgets nearby: {trained:,} or {trained + spu:,})",
-            stacklevel=3)
+    if not total % spu:
+        return None
+    n, trained = cfg.num_updates, cfg.num_updates * spu
+    return (f"{type(cfg).__name__}.total_timesteps={total:,} is not a whole number of updates of "
+            f"num_envs * num_steps = {spu:,} steps: training {n:,} update{'s' * (n != 1)} = "
+            f"{trained:,} steps (whole budgets nearby: {trained:,} or {trained + spu:,})")
+
+
+def warn_partial_update(cfg: Any) -> None:
+    """Warn (a ``PartialUpdateWarning``, once per config and place) when ``total_timesteps`` is
+    not a whole number of updates: the remainder is not trained, and the warning says what is.
+    The command line prints it as one note instead."""
+    note = partial_update_note(cfg)
+    if note:
+        warnings.warn(note, PartialUpdateWarning, stacklevel=3)
 
 
 def no_episode_note(cfg: Any, whole_run: bool = False) -> str:
@@ -75,8 +86,10 @@ def default_run_dir(cfg: Any, root: str = "runs") -> Path:
 
 def load_config(run_dir: str | Path) -> Any:
     """The config a run directory was trained with (from its ``config.json``), or the one a
-    YAML or JSON config file describes (``config_files``; a run's ``config.json`` is one)."""
-    if not Path(run_dir).is_dir() and Path(run_dir).suffix in config_files.SUFFIXES:
+    YAML or JSON config file or a preset describes (``config_files``; a run's ``config.json``
+    is one; ``load_config("pendulum_ppo")``)."""
+    if not Path(run_dir).is_dir() and (Path(run_dir).suffix in config_files.SUFFIXES
+                                       or config_files.is_preset(run_dir)):
         return config_files.load_config_file(run_dir)[0]
     path = Path(run_dir) / "config.json"
     try:
@@ -231,6 +244,22 @@ def _concat(earlier: dict[str, np.ndarray], later: dict[str, np.ndarray]) -> dic
             for k, v in later.items()}
 
 
+def collected_steps(cfg: Any, result: TrainResult) -> dict[str, int]:
+    """An async run's env steps collected, trained on, dropped (staler than
+    ``max_staleness``, the free-running schedule) and left queued or in flight at the end;
+    ``{}`` for the sync runner (it trains on every step it collects)."""
+    timing = result.timing or {}
+    if "env_steps_collected" not in timing:
+        return {}
+    collected, trained = int(timing["env_steps_collected"]), int(timing["env_steps_trained"])
+    batches = result.metrics.get("dropped_batches")
+    per_batch = cfg.num_envs // cfg.runner.num_streams * cfg.num_steps
+    dropped = int(batches[-1]) * per_batch if batches is not None and len(batches) else 0
+    return {"env_steps_collected": collected, "env_steps_trained": trained,
+            "env_steps_dropped": dropped,
+            "env_steps_queued": max(collected - trained - dropped, 0)}
+
+
 def summary(cfg: Any, result: TrainResult) -> dict[str, Any]:
     """The figures printed at the end of a run."""
     timing = result.timing or {}
@@ -238,13 +267,15 @@ def summary(cfg: Any, result: TrainResult) -> dict[str, Any]:
         "algo": cfg.name,
         "env": cfg.env,
         "runner": cfg.runner.name,
-        "total_timesteps": cfg.num_updates * cfg.steps_per_update,
+        "total_timesteps": cfg.num_updates * cfg.steps_per_update,  # trained: whole updates
+        "total_timesteps_requested": cfg.total_timesteps,  # the config's (config.json's)
         "updates_done": int(result.state.update),
         "final_return": sinks.final_return(result.metrics, sinks.final_window(cfg)),
         "final_return_updates": sinks.final_window(cfg),  # the updates it averages over
         "final_eval_return": sinks.last_eval_return(result.metrics),  # eval_every; else NaN (null)
         "sps": timing.get("sps"),  # env steps trained on per second
         "sps_collected": timing.get("sps_collected"),  # async: env steps collected per second
+        **collected_steps(cfg, result),
         "compile_s": timing.get("compile_s"),
         "train_s": timing.get("train_s"),
     }

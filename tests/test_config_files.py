@@ -187,7 +187,7 @@ def test_bad_sweep_files_name_the_file_and_key(tmp_path, recorded, text, needles
 
 # --------------------------------------------------------------------------- the reference files
 def test_the_reference_config_files_load():
-    files = sorted((REPO / "experiments" / "configs").glob("*.yaml"))
+    files = sorted((REPO / "jaxrl_async" / "presets").glob("*.yaml"))
     names = {p.name for p in files}
     assert {"cartpole_ppo.yaml", "pendulum_ppo.yaml", "breakout_minatar_impala.yaml"} <= names
     for path in files:

@@ -132,3 +132,48 @@ def test_entry_point_makes_the_env_known_to_the_command_line(tmp_path):
                           capture_output=True, text=True, cwd=REPO, env=bare, timeout=300)
     assert proc.returncode != 0
     assert "register_env('chain-ep-v0'" in proc.stderr, proc.stderr[-2000:]
+
+
+def docs_example() -> str:
+    """The ``register_env`` example of docs/envs.md, as written there."""
+    text = (REPO / "docs" / "envs.md").read_text()
+    section = text[text.index("## Your own JAX env"):]
+    start = section.index("```python\n") + 10
+    return section[start:section.index("\n```", start)]
+
+
+def test_the_docs_register_env_example_runs_as_written(tmp_path):
+    code = docs_example().replace('total_timesteps=20_480', 'total_timesteps=2048, '
+                                  'fast_compile=True')
+    code = code.replace('run_dir="runs/chain"', f'run_dir={str(tmp_path / "chain")!r}')
+    scope: dict = {}
+    exec(compile(code, "docs/envs.md", "exec"), scope)  # noqa: S102 - the docs' own code
+    assert int(scope["result"].state.update) == 2048 // (4 * 128)
+    assert checkpoint.steps(tmp_path / "chain") == [4]
+
+
+class Point:
+    """A point in 2-D pushed by a bounded force; reward: minus its distance to the origin."""
+
+    def reset(self, key):
+        x = jax.random.uniform(key, (2,), minval=-1.0, maxval=1.0)
+        return x, (x, jnp.int32(0))
+
+    def step(self, key, state, action):
+        x, t = state
+        x = x + 0.1 * action
+        return x, (x, t + 1), -jnp.linalg.norm(x), jnp.linalg.norm(x) > 3.0, t + 1 >= 20
+
+
+def test_a_continuous_env_registers_with_continuous_spec():
+    from jaxrl_async.envs import continuous_spec
+
+    spec = continuous_spec("point-v0", Point(), [-1.0, -0.5], [1.0, 0.5], 20)
+    assert (spec.discrete, spec.action_shape, spec.action_low, spec.action_high,
+            spec.obs_shape) == (False, (2,), (-1.0, -0.5), (1.0, 0.5), (2,))
+    with pytest.raises(ValueError, match="low < high"):
+        continuous_spec("point-v0", Point(), [1.0], [-1.0])
+    jra.register_env("point-v0", lambda: AutoReset(Point(), spec))
+    out = jax.jit(jra.make_train(tiny("point-v0", checkpoint_every=0)))(jax.random.key(0))
+    assert np.isfinite(out.metrics["loss"]).all()
+    assert jra.SACConfig(env="point-v0", num_envs=4, num_steps=8).is_discrete is False

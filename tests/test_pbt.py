@@ -4,8 +4,10 @@ bounds, the lineage), determinism (a seed reproduces a run bit for bit; with no 
 the random search of the same population), bad input named before anything compiles, and
 checkpoint/resume."""
 
+import contextlib
 import dataclasses
 import importlib
+import io
 
 import jax
 import jax.numpy as jnp
@@ -247,6 +249,12 @@ def test_checkpoint_and_resume_equals_the_uninterrupted_run(pbt_run, tmp_path, m
         np.testing.assert_array_equal(pbt_run.curves[k], resumed.curves[k], err_msg=k)
     for k in pbt_run.lineage:
         np.testing.assert_array_equal(pbt_run.lineage[k], resumed.lineage[k], err_msg=k)
+    # resuming the finished population trains nothing: no bar, no SPS, the same result
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        again = jra.resume_population(tmp_path, progress=True)
+    assert again.timing["steps_trained"] == 0 and "step" not in err.getvalue()
+    np.testing.assert_array_equal(again.final_return, resumed.final_return)
 
 
 def test_result_table_and_plot(pbt_run, tmp_path):

@@ -1,7 +1,7 @@
 """Published results reproduced side by side: ``python -m experiments.reproduce --suite classic``.
 
 Runs every row of a suite (``suites.py``) at its published settings
-(``experiments/configs/published/<row>.json``) for ``--seeds`` seeds vmapped in one compiled
+(``jaxrl_async/presets/published/<row>.json``) for ``--seeds`` seeds vmapped in one compiled
 program (``jra.sweep``'s ``run_points``, spread over the CPU cores; a host env's row, MuJoCo
 through EnvPool: ``jra.train`` per seed under the async runner, then ``jra.evaluate``), then
 writes beside each other in ``--out``: ``table.md`` (env, algorithm, budget, published figure
@@ -35,11 +35,12 @@ import numpy as np  # noqa: E402
 import jaxrl_async as jra  # noqa: E402
 from experiments.reproduce.suites import SUITES, Row  # noqa: E402
 from jaxrl_async.algos import from_dict  # noqa: E402
+from jaxrl_async.config_files import PRESETS  # noqa: E402
 from jaxrl_async.envs import is_host_env  # noqa: E402
 from jaxrl_async.sinks import to_json, window_returns  # noqa: E402
 from jaxrl_async.sweep import run_points  # noqa: E402
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "published"
+CONFIGS = PRESETS / "published"
 TRAIN_CURVES = ("episode_return", "episode_return_sum", "episodes")
 
 
@@ -158,10 +159,16 @@ def plot(row: dict, path: Path) -> None:
         windows = np.nanmean(train[:, :n].reshape(len(train), -1, width), -1)
         for x, values, label, style in (
                 (steps[width - 1:n:width], windows, "training episodes", "-"),
-                (steps[due], evals[:, due], "evaluation", "o-")):
+                (steps[due], evals[:, due], "evaluation", "o-"))[:1 + bool(due.any())]:
             line, = ax.plot(x, np.nanmean(values, 0), style, lw=1.2, ms=3, label=label)
             ax.fill_between(x, np.nanmin(values, 0), np.nanmax(values, 0), alpha=0.2,
                             color=line.get_color())
+    finals = np.asarray(row.get("eval_per_seed", []), float)
+    if not due.any() and np.isfinite(finals).any():  # a host row: one evaluation, after training
+        mean = float(np.nanmean(finals))
+        ax.errorbar([steps[-1]], [mean], yerr=[[mean - np.nanmin(finals)],
+                                               [np.nanmax(finals) - mean]], fmt="o", ms=4,
+                    capsize=3, label="final evaluation")
     if math.isfinite(row["published"]):
         ax.axhline(row["published"], color="k", ls="--", lw=1, label="published")
     ax.set_xlabel("env steps")

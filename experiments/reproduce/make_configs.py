@@ -1,4 +1,4 @@
-"""Writes experiments/configs/published/*.json: the published settings of each reproduced row in
+"""Writes jaxrl_async/presets/published/*.json: the published settings of each reproduced row in
 our config fields (a run directory's config.json). Run from the repository root:
 ``python experiments/reproduce/make_configs.py``. The comments give each setting's source."""
 
@@ -9,7 +9,7 @@ import jaxrl_async as jra
 from experiments.reproduce.suites import RLZOO_PPO_PENDULUM, rlzoo_ppo_fields
 from jaxrl_async.config import to_dict
 
-out = Path("experiments/configs/published")
+out = Path("jaxrl_async/presets/published")
 EVAL = dict(eval_episodes=10, eval_greedy=True, fast_compile=True)
 cleanrl_ppo = dict(total_timesteps=500_000, num_envs=4, num_steps=128, num_minibatches=4,
                    update_epochs=4, lr=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95,

@@ -1,9 +1,11 @@
 """A published-settings row run with some settings changed, one variant at a time (same seeds).
 
 ``PYTHONPATH=$PWD python experiments/reproduce/settings_ab.py ROW [--budget N] [--seeds N]
-VARIANT ...`` where ROW names ``experiments/configs/published/ROW.json`` and each VARIANT is a
-JSON object of config fields to change (``{}``: the file as it is), e.g.
-``gymnax_blines_ppo_breakout --budget 2000000 '{}' '{"minibatch_layout": "sample"}'``. Prints
+VARIANT ...`` where ROW names ``jaxrl_async/presets/published/ROW.json`` and each VARIANT is a
+JSON object of config fields to change (``{}``: the file as it is; ``"runner"`` an object of the
+runner's fields), e.g. ``gymnax_blines_ppo_breakout --budget 2000000 '{}'
+'{"minibatch_layout": "sample"}'`` or ``cleanrl_ppo_hopper_8envs '{}' '{"runner": {"lag": 0}}'``
+(a host-env row: one run per seed, then the final greedy evaluation on fresh envs). Prints
 one JSON line per variant: the final evaluation per seed (the file's protocol), the training
 return (episodes that ended in the last 1% of the updates), the evaluation curve, wall time.
 Figures in docs/results.md ("Published results, side by side").
@@ -22,7 +24,8 @@ use_cpu_cores()  # before anything runs: one XLA device per core, the seeds spre
 
 import numpy as np  # noqa: E402
 
-from experiments.reproduce.__main__ import TRAIN_CURVES, load  # noqa: E402
+from experiments.reproduce.__main__ import TRAIN_CURVES, load, run_host_seeds  # noqa: E402
+from jaxrl_async.envs import is_host_env  # noqa: E402
 from jaxrl_async.sinks import window_returns  # noqa: E402
 from jaxrl_async.sweep import run_points  # noqa: E402
 
@@ -39,10 +42,16 @@ def main(argv: list[str] | None = None) -> None:
         base = dataclasses.replace(base, total_timesteps=args.budget)
     for variant in args.variants:
         change = json.loads(variant)
-        cfg = dataclasses.replace(base, **change)
+        fields = {**change, **({"runner": dataclasses.replace(base.runner, **change["runner"])}
+                               if "runner" in change else {})}
+        cfg = dataclasses.replace(base, **fields)
         start = time.perf_counter()
-        result = run_points(cfg, [{}], args.seeds, progress=False)
-        curves = {k: v[0] for k, v in result.curves.items()}  # [seeds, updates]
+        if is_host_env(cfg.env):
+            curves, final_evals, timing = run_host_seeds(cfg, args.seeds)
+        else:
+            result = run_points(cfg, [{}], args.seeds, progress=False)
+            curves = {k: v[0] for k, v in result.curves.items()}  # [seeds, updates]
+            final_evals, timing = result.final_eval_return[0], result.timing
         train = window_returns({k: curves[k] for k in TRAIN_CURVES if k in curves},
                                max(10, cfg.num_updates // 100))
         evals = np.asarray(curves["eval_return"])
@@ -52,12 +61,12 @@ def main(argv: list[str] | None = None) -> None:
             "row": args.row, "change": change, "budget": cfg.num_updates * cfg.steps_per_update,
             "seeds": args.seeds, "eval_episodes": cfg.eval_episodes,
             "eval_greedy": cfg.eval_greedy,
-            "final_eval": np.round(np.asarray(result.final_eval_return[0], float), 2).tolist(),
-            "final_eval_mean": round(float(np.mean(result.final_eval_return[0])), 2),
+            "final_eval": np.round(np.asarray(final_evals, float), 2).tolist(),
+            "final_eval_mean": round(float(np.mean(final_evals)), 2),
             "train": np.round(train, 2).tolist(),
             "eval_curve": {int(s): np.round(evals[:, i].astype(float), 1).tolist()
                            for s, i in zip(evals_at, np.flatnonzero(due))},
-            "wall_s": round(time.perf_counter() - start), "sps": round(result.timing["sps"]),
+            "wall_s": round(time.perf_counter() - start), "sps": round(timing["sps"]),
         }), flush=True)
 
 

@@ -1,6 +1,6 @@
 """The published figures each suite is compared against, with their sources.
 
-Each row names a config file under ``experiments/configs/published/`` (a run directory's
+Each row names a config file under ``jaxrl_async/presets/published/`` (a run directory's
 ``config.json``: the published settings in our fields) and the figure published for it, with
 the repository, file and commit it was read from and how it was measured (its protocol), so our
 figure can be taken the same way.
@@ -21,7 +21,7 @@ class Source(NamedTuple):
 
 
 class Row(NamedTuple):
-    config: str  # experiments/configs/published/<config>.json
+    config: str  # jaxrl_async/presets/published/<config>.json
     published: float
     published_std: float | None
     source: Source

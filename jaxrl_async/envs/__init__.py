@@ -15,6 +15,7 @@ from jaxrl_async.envs.core import (
     EnvSpec,
     GymnaxVecEnv,
     VecEnv,
+    continuous_spec,
     discrete_spec,
     spec_from_gymnax,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "AutoReset",
     "EnvSpec",
     "VecEnv",
+    "continuous_spec",
     "discrete_spec",
     "make_env",
     "register_env",

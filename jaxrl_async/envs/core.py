@@ -146,3 +146,20 @@ def discrete_spec(env_id: str, env: Any, num_actions: int, max_episode_steps: in
     return EnvSpec(env_id=env_id, obs_shape=tuple(obs.shape), obs_dtype=np.dtype(obs.dtype),
                    discrete=True, num_actions=int(num_actions),
                    max_episode_steps=int(max_episode_steps or 0), **fields)
+
+
+def continuous_spec(env_id: str, env: Any, low: Any, high: Any, max_episode_steps: int = 0,
+                    **fields: Any) -> EnvSpec:
+    """The spec of a continuous-action single env (``AutoReset``'s): actions in the box
+    ``[low, high]`` (arrays or sequences of the action's shape), the observation read off
+    ``env.reset`` by shape evaluation (nothing compiles)."""
+    obs, _ = jax.eval_shape(env.reset, jax.random.key(0))
+    low, high = np.asarray(low, np.float32), np.asarray(high, np.float32)
+    if low.shape != high.shape or low.ndim == 0 or np.any(low >= high):
+        raise ValueError(f"{env_id}: continuous_spec needs low < high, arrays of one action "
+                         f"shape, got low={low.tolist()}, high={high.tolist()}")
+    return EnvSpec(env_id=env_id, obs_shape=tuple(obs.shape), obs_dtype=np.dtype(obs.dtype),
+                   discrete=False, action_shape=tuple(low.shape),
+                   action_low=tuple(float(v) for v in low.ravel()),
+                   action_high=tuple(float(v) for v in high.ravel()),
+                   max_episode_steps=int(max_episode_steps or 0), **fields)

@@ -56,13 +56,13 @@ def train_window(cfg) -> int:
     return max(10, cfg.num_updates // 100)
 
 
-def run_host_seeds(cfg, seeds: int) -> tuple[dict, np.ndarray, dict]:
+def run_host_seeds(cfg, seeds: int, first_seed: int = 0) -> tuple[dict, np.ndarray, dict]:
     """A host env's row: one ``jra.train`` per seed (the async runner, envs on the host), then
     a greedy evaluation on fresh envs: (curves [seeds, updates], final evals [seeds], timing
     averaged over the runs, ``wall_per_run`` each one's)."""
     curves: dict[str, list] = {}
     evals, walls, timings = [], [], []
-    for seed in range(seeds):
+    for seed in range(first_seed, first_seed + seeds):
         start = time.perf_counter()
         result = jra.train(cfg, seed=seed, progress=False)
         walls.append(time.perf_counter() - start)

@@ -1,9 +1,10 @@
 """A published-settings row run with some settings changed, one variant at a time (same seeds).
 
 ``PYTHONPATH=$PWD python experiments/reproduce/settings_ab.py ROW [--budget N] [--seeds N]
-VARIANT ...`` where ROW names ``jaxrl_async/presets/published/ROW.json`` and each VARIANT is a
-JSON object of config fields to change (``{}``: the file as it is; ``"runner"`` an object of the
-runner's fields), e.g. ``gymnax_blines_ppo_breakout --budget 2000000 '{}'
+[--first-seed K] VARIANT ...`` where ROW names ``jaxrl_async/presets/published/ROW.json`` and
+each VARIANT is a JSON object of config fields to change (``{}``: the file as it is;
+``"runner"`` an object of the runner's fields), e.g.
+``gymnax_blines_ppo_breakout --budget 2000000 '{}'
 '{"minibatch_layout": "sample"}'`` or ``cleanrl_ppo_hopper_8envs '{}' '{"runner": {"lag": 0}}'``
 (a host-env row: one run per seed, then the final greedy evaluation on fresh envs). Prints
 one JSON line per variant: the final evaluation per seed (the file's protocol), the training
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("variants", nargs="+", help="JSON objects of fields to change")
     parser.add_argument("--budget", type=int, default=None)
     parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="host-env rows: seeds first-seed .. first-seed + seeds - 1")
     args = parser.parse_args(argv)
     base = load(args.row)
     if args.budget:
@@ -47,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         cfg = dataclasses.replace(base, **fields)
         start = time.perf_counter()
         if is_host_env(cfg.env):
-            curves, final_evals, timing = run_host_seeds(cfg, args.seeds)
+            curves, final_evals, timing = run_host_seeds(cfg, args.seeds, args.first_seed)
         else:
             result = run_points(cfg, [{}], args.seeds, progress=False)
             curves = {k: v[0] for k, v in result.curves.items()}  # [seeds, updates]
@@ -59,8 +62,8 @@ def main(argv: list[str] | None = None) -> None:
         evals_at = np.asarray(curves["env_steps"])[0][due]
         print(json.dumps({
             "row": args.row, "change": change, "budget": cfg.num_updates * cfg.steps_per_update,
-            "seeds": args.seeds, "eval_episodes": cfg.eval_episodes,
-            "eval_greedy": cfg.eval_greedy,
+            "seeds": args.seeds, "first_seed": args.first_seed,
+            "eval_episodes": cfg.eval_episodes, "eval_greedy": cfg.eval_greedy,
             "final_eval": np.round(np.asarray(final_evals, float), 2).tolist(),
             "final_eval_mean": round(float(np.mean(final_evals)), 2),
             "train": np.round(train, 2).tolist(),

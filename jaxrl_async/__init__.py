@@ -14,6 +14,7 @@ from jaxrl_async.compile_cache import use_compile_cache
 from jaxrl_async.config import AsyncConfig, SyncConfig
 from jaxrl_async.envs import EnvSpec, env_spec, make_env, register_env
 from jaxrl_async.evaluate import evaluate, save_gif
+from jaxrl_async.optuna_search import OptunaResult, optuna_search
 from jaxrl_async.pbt import pbt, resume_population, successive_halving
 from jaxrl_async.population import Space
 from jaxrl_async.population_result import PopulationResult
@@ -24,6 +25,7 @@ from jaxrl_async.sweep import (
     Uniform,
     random_search,
     sweep,
+    test_on_seeds,
     use_cpu_cores,
 )
 from jaxrl_async.tracking import WandbSink
@@ -51,6 +53,9 @@ __all__ = [
     "sweep",
     "random_search",
     "SweepResult",
+    "optuna_search",
+    "OptunaResult",
+    "test_on_seeds",
     "pbt",
     "successive_halving",
     "resume_population",

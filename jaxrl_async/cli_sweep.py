@@ -15,7 +15,7 @@ from jaxrl_async.cli_parsers import _number
 def spaces(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
     """The swept fields' values (``--grid``) or ranges (``--random``), checked against
     ``cfg``; errors name the ``--grid``/``--random`` item they come from."""
-    from jaxrl_async.sweep import check_sweepable
+    from jaxrl_async.sweep import check_fields, check_sweepable
 
     if bool(args.grid) == bool(args.random):
         raise ValueError("give either --grid FIELD=V1,V2 ... or --random FIELD=log:LO:HI ...")
@@ -23,8 +23,8 @@ def spaces(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
     for item in args.grid + args.random:
         flag = f"--{'grid' if args.grid else 'random'} {item}"
         name, _, text = item.partition("=")
-        try:
-            check_sweepable(cfg, [name])
+        try:  # a grid may hold static fields (a program per value); a random range may not
+            (check_fields if args.grid else check_sweepable)(cfg, [name])
         except ValueError as e:
             raise ValueError(f"{flag}: {e}") from None
         if name in spec:
@@ -39,8 +39,11 @@ def spaces(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _parse_values(cfg: Any, name: str, text: str, flag: str) -> list[Any]:
+    """``V1,V2,...``; a tuple field's values as ``64x64,128x128`` (``hidden_sizes``)."""
     kind = type(getattr(cfg, name))
     try:
+        if kind is tuple:
+            return [tuple(_number(int)(x) for x in v.split("x")) for v in text.split(",") if v]
         return [_number(kind)(v) for v in text.split(",") if v]
     except (ValueError, argparse.ArgumentTypeError) as e:
         raise ValueError(f"{flag}: {e}") from None
@@ -96,10 +99,13 @@ def report(out: Path, cfg: Any, result: Any, rank_by: str, best: dict | str) -> 
     import math
 
     from jaxrl_async.sinks import format_return
+    from jaxrl_async.sweep_result import label
 
     t, window = result.timing, result.final_window
+    groups = t.get("groups", 1)
+    compiles = "one compile" if groups == 1 else f"{groups} static groups, a compile each"
     print(f"\n{len(result.configs)} configs x {len(result.seeds)} seeds = {t['runs']} runs on "
-          f"{t['devices']} device(s), one compile: {t['compile_s']:.1f} s, train "
+          f"{t['devices']} device(s), {compiles}: {t['compile_s']:.1f} s, train "
           f"{t['train_s']:.1f} s, {t['sps']:,.0f} SPS in all")
     print(f"  final return: the mean return of the episodes that ended in each run's last "
           f"{window} updates ({window * cfg.num_steps:,} steps per env); ranked by {rank_by}")
@@ -118,13 +124,13 @@ def report(out: Path, cfg: Any, result: Any, rank_by: str, best: dict | str) -> 
     order = sorted(range(len(result.configs)),
                    key=lambda c: -_finite(tables[rank_by][c][rank_by]))
     for c in order[:10]:
-        values = "  ".join(f"{k}={result.points[c][k]:g}" for k in result.fields)
+        values = "  ".join(f"{k}={label(result.points[c][k])}" for k in result.fields)
         print(f"  {values}" + "".join(cell(name, label, tables[name][c])
                                       for name, label in shown))
     if isinstance(best, str):
         print(f"  no best config: {best}")
     else:
-        values = ", ".join(f"{k}={best[k]:g}" for k in result.fields)
+        values = ", ".join(f"{k}={label(best[k])}" for k in result.fields)
         label = dict(columns)[rank_by]
         print(f"  best: {values} ({label} {format_return(best[rank_by])}); train it with: "
               f"jaxrl-async train --config {out / 'best.json'}")

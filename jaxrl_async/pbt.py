@@ -228,6 +228,7 @@ def pbt(
     score: str = "return",
     checkpoint_dir: str | Path | None = None,
     checkpoint_every: int | None = None,
+    test_seeds: int | Sequence[int] | None = None,
     progress: bool = True,
 ) -> PopulationResult:
     """Population-based training in one compiled program: ``population`` members drawn from
@@ -241,7 +242,8 @@ def pbt(
     space = Space.of(cfg, space)
     schedule = pbt_schedule(cfg, population, ready_every, fraction, resample_prob, factor, score)
     return run_population(cfg, space, schedule, seeds, seed=seed, progress=progress,
-                          checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every)
+                          checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+                          test_seeds=test_seeds)
 
 
 def successive_halving(
@@ -256,6 +258,7 @@ def successive_halving(
     score: str = "return",
     checkpoint_dir: str | Path | None = None,
     checkpoint_every: int | None = None,
+    test_seeds: int | Sequence[int] | None = None,
     progress: bool = True,
 ) -> PopulationResult:
     """Successive halving in one compiled program: at each of ``rungs - 1`` rungs the top
@@ -264,20 +267,26 @@ def successive_halving(
     space = Space.of(cfg, space)
     schedule = halving_schedule(cfg, population, eta, rungs, score)
     return run_population(cfg, space, schedule, seeds, seed=seed, progress=progress,
-                          checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every)
+                          checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+                          test_seeds=test_seeds)
 
 
 def run_population(cfg: Any, space: Space, schedule: Schedule, seeds: int | Sequence[int], *,
                    seed: int = 0, progress: bool = True, checkpoint_dir: str | Path | None = None,
-                   checkpoint_every: int | None = None, resume: Any = None) -> PopulationResult:
+                   checkpoint_every: int | None = None, resume: Any = None,
+                   test_seeds: Any = None) -> PopulationResult:
     """Train a population by ``schedule`` (``pbt_schedule``/``halving_schedule``); every
     check is done before anything compiles. ``resume``: a checkpoint's ``(segments done,
-    carry, outputs)`` to continue from (``resume_population``)."""
-    from jaxrl_async.sweep import check_runner, seed_list
+    carry, outputs)`` to continue from (``resume_population``); ``test_seeds``: the best
+    member's final config re-trained on them (``result.test``)."""
+    from jaxrl_async.held_out import check_test_seeds
+    from jaxrl_async.sweep import check_runner, seed_list, with_test
     from jaxrl_async.train import warn_partial_update
 
     check_runner(cfg)
     seeds = seed_list(seeds)
+    if test_seeds is not None:
+        check_test_seeds(test_seeds, seeds)
     seed = int(np.int32(_check_seed(seed)))
     if checkpoint_every is not None:
         _check_int("checkpoint_every", checkpoint_every)
@@ -351,8 +360,8 @@ def run_population(cfg: Any, space: Space, schedule: Schedule, seeds: int | Sequ
         steps = steps * (total - first) // total
     timing = {"compile_s": compile_s, "train_s": train_s, "sps": steps / max(train_s, 1e-9),
               "runs": runs, "exploits": schedule.exploits, "steps_trained": steps}
-    return PopulationResult.assemble(cfg, space, schedule, seeds, points, outputs, rest,
-                                     params, timing)
+    return with_test(PopulationResult.assemble(cfg, space, schedule, seeds, points, outputs,
+                                               rest, params, timing), test_seeds, progress)
 
 
 def _get(tree: Any) -> Any:

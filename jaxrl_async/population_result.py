@@ -38,6 +38,7 @@ class PopulationResult:
     lineage: dict[str, np.ndarray]
     params: Any
     timing: dict[str, float]
+    test: dict | None = None  # the best member's config re-trained on held-out seeds
 
     @classmethod
     def assemble(cls, cfg: Any, space: Any, schedule: Any, seeds: tuple[int, ...],

@@ -34,6 +34,7 @@ from jax.sharding import PartitionSpec as P
 from jaxrl_async.compile_cache import default_compile_cache
 from jaxrl_async.config import hyper_fields, static_fields
 from jaxrl_async.config_fields import check_seed
+from jaxrl_async.held_out import check_test_seeds, retrain
 from jaxrl_async.runners import sync
 from jaxrl_async.runners.common import (
     build,
@@ -88,6 +89,16 @@ def check_sweepable(cfg: Any, names: Sequence[str]) -> None:
     )
 
 
+def check_fields(cfg: Any, names: Sequence[str]) -> None:
+    """``ValueError`` naming any field ``cfg`` does not have (a sweep groups its static
+    fields' values, one program per group)."""
+    known = (*hyper_fields(cfg), *static_fields(cfg))
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"{type(cfg).__name__} has no field(s) {', '.join(unknown)}; "
+                         f"fields: {', '.join(known)}")
+
+
 def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """Every combination of the grid's values, the first key varying slowest."""
     for name, values in grid.items():
@@ -139,8 +150,9 @@ class _Progress:
     active: _Progress | None = None
     lock = threading.Lock()
 
-    def __init__(self, bar: Any, runs_per_device: list[int], steps_per_update: int):
-        self.bar, self.runs, self.spu = bar, runs_per_device, steps_per_update
+    def __init__(self, bar: Any, runs_per_device: list[int], steps_per_update: int,
+                 offset: int = 0):
+        self.bar, self.runs, self.spu, self.offset = bar, runs_per_device, steps_per_update, offset
         self.done = [0] * len(runs_per_device)
         self.best = -math.inf
         self.start = time.perf_counter()
@@ -153,7 +165,7 @@ class _Progress:
                 return
             self.done[int(device)] = int(update)
             steps = sum(u * r for u, r in zip(self.done, self.runs)) * self.spu
-            self.bar.update(max(steps - self.bar.n, 0))
+            self.bar.update(max(self.offset + steps - self.bar.n, 0))
             sps = steps / max(time.perf_counter() - self.start, 1e-9)
             self.best = max(self.best, float(best)) if math.isfinite(best) else self.best
             shown = format_return(self.best) if math.isfinite(self.best) else "n/a"
@@ -245,19 +257,22 @@ def sweep(
     seeds: int | Sequence[int] = 1,
     *,
     num_devices: int | None = None,
+    test_seeds: int | Sequence[int] | None = None,
     progress: bool = True,
 ) -> SweepResult:
     """Train every point of ``grid`` (dict: field -> values) for every seed in ONE compiled
-    program, spread over ``num_devices`` (default: all local devices).
+    program, spread over ``num_devices`` (default: all local devices). ``test_seeds``: the
+    best config re-trained on them too (``result.test``, ``jra.test_on_seeds``).
 
         result = jra.sweep(cfg, grid={"lr": [1e-4, 3e-4, 1e-3], "ent_coef": [0.0, 0.01]},
                            seeds=4)
         result.best()["cfg"], result.to_csv("sweep.csv"), result.plot()
     """
     points = grid_points(grid)
-    check_sweepable(cfg, list(grid))
-    return run_points(cfg, points, seeds, num_devices=num_devices, progress=progress,
-                      grid={k: list(v) for k, v in grid.items()})
+    check_fields(cfg, list(grid))
+    return with_test(run_points(cfg, points, seeds, num_devices=num_devices, progress=progress,
+                                grid={k: list(v) for k, v in grid.items()},
+                                test_seeds=test_seeds), test_seeds, progress)
 
 
 def random_search(
@@ -268,13 +283,33 @@ def random_search(
     *,
     seed: int = 0,
     num_devices: int | None = None,
+    test_seeds: int | Sequence[int] | None = None,
     progress: bool = True,
 ) -> SweepResult:
     """Like ``sweep`` for ``num_samples`` points drawn from ``space`` (field ->
     ``jra.LogUniform(lo, hi)``, ``jra.Uniform(lo, hi)`` or a list), drawn with ``seed``."""
-    check_sweepable(cfg, list(space))
-    return run_points(cfg, sample_points(space, num_samples, seed), seeds,
-                      num_devices=num_devices, progress=progress)
+    check_fields(cfg, list(space))
+    return with_test(run_points(cfg, sample_points(space, num_samples, seed), seeds,
+                                num_devices=num_devices, progress=progress,
+                                test_seeds=test_seeds), test_seeds, progress)
+
+
+def test_on_seeds(result: Any, test_seeds: int | Sequence[int], *,
+                  progress: bool = True) -> dict:
+    """The best config of a search's ``result`` re-trained from scratch on ``test_seeds`` (a
+    count: that many seeds after the tuning seeds; a list: disjoint from them), one compiled
+    program: ``{"tuning_score", "test_score", "test_std", "test_per_seed", ...}``
+    (``held_out``; why: docs/sweeps.md)."""
+    seeds = check_test_seeds(test_seeds, result.seeds)
+    return retrain(result, seeds, run_points, progress=progress)
+
+
+def with_test(result: Any, test_seeds: Any, progress: bool) -> Any:
+    """``result`` with ``test`` (``test_on_seeds``) when ``test_seeds`` is given."""
+    if test_seeds is None:
+        return result
+    return dataclasses.replace(result, test=test_on_seeds(result, test_seeds,
+                                                          progress=progress))
 
 
 def seed_list(seeds: int | Sequence[int]) -> tuple[int, ...]:
@@ -308,17 +343,52 @@ def run_points(
     num_devices: int | None = None,
     progress: bool = True,
     grid: dict[str, list] | None = None,
+    test_seeds: Any = None,
 ) -> SweepResult:
-    """Train ``cfg`` updated with each of ``points`` for every seed, in one compiled program."""
+    """Train ``cfg`` updated with each of ``points`` for every seed: one compiled program per
+    group of points that share their static fields' values (``test_seeds``: only checked
+    here, against ``seeds``)."""
     if not points:
         raise ValueError("a sweep needs at least one point")
     fields = tuple(dict.fromkeys(k for p in points for k in p))
-    check_sweepable(cfg, fields)
+    check_fields(cfg, fields)
     check_runner(cfg)
     seeds = seed_list(seeds)
+    if test_seeds is not None:
+        check_test_seeds(test_seeds, seeds)
     configs = [dataclasses.replace(cfg, **p) for p in points]  # validates every point now
     warn_partial_update(cfg)
+    statics = [f for f in fields if f in static_fields(cfg)]
+    groups: dict[tuple, list[int]] = {}
+    for i, c in enumerate(configs):
+        groups.setdefault(tuple(repr(getattr(c, f)) for f in statics), []).append(i)
+    if len(groups) == 1:
+        return _run_group(cfg, configs, points, seeds, num_devices, progress, grid)
+    # each group's own base: its static values (curves of more envs per update are shorter)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
 
+        bar = tqdm(total=sum(c.num_updates * c.steps_per_update for c in configs) * len(seeds),
+                   unit="step", unit_scale=True, dynamic_ncols=True, mininterval=0.5,
+                   desc=f"sweep {len(configs)} configs x {len(seeds)} seeds, {len(groups)} "
+                        f"static groups")
+    try:
+        parts = [(idx, _run_group(configs[idx[0]], [configs[i] for i in idx],
+                                  [points[i] for i in idx], seeds, num_devices, progress, None,
+                                  bar)) for idx in groups.values()]
+    finally:
+        if bar is not None:
+            bar.close()
+    return SweepResult.of_groups(cfg, list(points), parts, grid)
+
+
+def _run_group(base: Any, configs: list, points: Sequence[Mapping[str, Any]], seeds: tuple,
+               num_devices: int | None, progress: bool, grid: dict | None,
+               shared_bar: Any = None) -> SweepResult:
+    """The configs of one static group in one program (the result's base: ``base``);
+    ``shared_bar``: the progress bar of all groups, counted on from where it stands."""
+    cfg = configs[0]  # the group's static values: shapes, number of updates
     num_runs = len(configs) * len(seeds)
     devices = min(num_devices or jax.local_device_count(), num_runs)
     check_devices("num_devices", devices, cfg)
@@ -332,8 +402,8 @@ def run_points(
     default_compile_cache()  # compiled programs kept across processes (compile_cache)
     program = _program(devices, cfg.num_updates, cfg.log_every, progress,
                        tuple(sorted(compiler_options(cfg).items())))
-    bar = None
-    if progress:
+    bar = shared_bar
+    if progress and bar is None:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=num_runs * cfg.num_updates * cfg.steps_per_update, unit="step",
@@ -344,17 +414,18 @@ def run_points(
         compiled = program.lower(stacked, seed_array).compile()
         compile_s = time.perf_counter() - start
         if bar is not None:
-            bar.set_description(f"sweep {len(configs)} configs x {len(seeds)} seeds")
-            bar.reset()  # rates and ETA count from here, not from the compile
+            if shared_bar is None:
+                bar.set_description(f"sweep {len(configs)} configs x {len(seeds)} seeds")
+                bar.reset()  # rates and ETA count from here, not from the compile
             per_device = [padded // devices] * devices
             per_device[-1] -= padded - num_runs
-            _Progress.active = _Progress(bar, per_device, cfg.steps_per_update)
+            _Progress.active = _Progress(bar, per_device, cfg.steps_per_update, bar.n)
         start = time.perf_counter()
         params, metrics = _wait(compiled(stacked, seed_array))
         train_s = time.perf_counter() - start
     finally:
         _Progress.active = None
-        if bar is not None:
+        if bar is not None and shared_bar is None:
             bar.close()
 
     def per_run(x: np.ndarray) -> np.ndarray:
@@ -365,7 +436,8 @@ def run_points(
               "sps_per_run": steps / num_runs / max(train_s, 1e-9), "runs": num_runs,
               "devices": devices, "padded_runs": padded - num_runs}
     return SweepResult(
-        base=cfg, fields=fields, points=[dict(p) for p in points], configs=configs,
+        base=base, fields=tuple(dict.fromkeys(k for p in points for k in p)),
+        points=[dict(p) for p in points], configs=configs,
         seeds=seeds, curves={k: per_run(v) for k, v in metrics.items()},
         params=jax.tree.map(per_run, params), timing=timing, grid=grid,
     )

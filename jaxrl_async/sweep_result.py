@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
 from jaxrl_async.sinks import SCORES as METRICS
@@ -35,6 +36,39 @@ class SweepResult:
     params: Any
     timing: dict[str, float]
     grid: dict[str, list] | None = None  # the grid's axes (None for random search)
+    test: dict | None = None  # the best config re-trained on held-out seeds (jra.test_on_seeds)
+
+    @classmethod
+    def of_groups(cls, base: Any, points: list[dict], parts: list[tuple[list[int], Any]],
+                  grid: dict | None = None) -> SweepResult:
+        """One result of the static groups' results (``parts``: each group's point indices and
+        its result), rows back in ``points`` order. A group with fewer updates (more envs per
+        update) is padded at the start, so every run's final updates line up: NaN, and no
+        episodes, before its first update."""
+        length = max(r.curves["env_steps"].shape[-1] for _, r in parts)
+        rows: dict[str, list] = {k: [None] * len(points) for k in parts[0][1].curves}
+        params, configs = [None] * len(points), [None] * len(points)
+        for indices, r in parts:
+            for j, i in enumerate(indices):
+                for k, v in r.curves.items():
+                    rows[k][i] = _pad_front(np.asarray(v[j]), length, k)
+                params[i] = jax.tree.map(lambda x, j=j: x[j], r.params)
+                configs[i] = r.configs[j]
+        shapes = {tuple(np.shape(x) for x in jax.tree.leaves(p)) for p in params}
+        timings = [r.timing for _, r in parts]
+        train_s = sum(t["train_s"] for t in timings)
+        steps = sum(t["sps"] * t["train_s"] for t in timings)
+        runs = sum(t["runs"] for t in timings)
+        timing = {"compile_s": sum(t["compile_s"] for t in timings), "train_s": train_s,
+                  "sps": steps / max(train_s, 1e-9), "sps_per_run": steps / runs / max(
+                      train_s, 1e-9), "runs": runs, "groups": len(parts),
+                  "devices": max(t["devices"] for t in timings),
+                  "padded_runs": sum(t["padded_runs"] for t in timings)}
+        return cls(base=base, fields=tuple(dict.fromkeys(k for p in points for k in p)),
+                   points=[dict(p) for p in points], configs=configs, seeds=parts[0][1].seeds,
+                   curves={k: np.stack(v) for k, v in rows.items()},
+                   params=jax.tree.map(lambda *x: np.stack(x), *params) if len(shapes) == 1
+                   else params, timing=timing, grid=grid)
 
     def _per_run(self, last: int | None) -> np.ndarray:
         """``[configs, seeds]`` mean return of the episodes that ended in the last ``last``
@@ -166,8 +200,8 @@ class SweepResult:
                                                                   len(col_values))
         fig, ax = plt.subplots(figsize=(1.2 * len(col_values) + 2.5, 0.8 * len(row_values) + 1.5))
         image = ax.imshow(mean, cmap="viridis", aspect="auto")
-        ax.set_xticks(range(len(col_values)), [f"{v:g}" for v in col_values])
-        ax.set_yticks(range(len(row_values)), [f"{v:g}" for v in row_values])
+        ax.set_xticks(range(len(col_values)), [label(v) for v in col_values])
+        ax.set_yticks(range(len(row_values)), [label(v) for v in row_values])
         ax.set_xlabel(col_name)
         ax.set_ylabel(row_name)
         finite = mean[np.isfinite(mean)]
@@ -184,14 +218,14 @@ class SweepResult:
 
         (name, values), = self.grid.items()
         fig, ax = plt.subplots(figsize=(6.5, 4))
-        steps = self.curves["env_steps"][0, 0]
         for c, value in enumerate(values):
+            steps = self.curves["env_steps"][c, 0]  # a static field's values differ in it
             returns = self.curves["episode_return"][c]
             with quiet_nan():
                 mean = np.nanmean(returns, axis=0)
                 low, high = np.nanmin(returns, axis=0), np.nanmax(returns, axis=0)
             keep = np.isfinite(mean)  # updates where an episode ended (sinks.finite_points)
-            (line,) = ax.plot(steps[keep], mean[keep], label=f"{name}={value:g}")
+            (line,) = ax.plot(steps[keep], mean[keep], label=f"{name}={label(value)}")
             ax.fill_between(steps[keep], low[keep], high[keep], color=line.get_color(),
                             alpha=0.2)
         ax.set_xlabel("environment steps")
@@ -209,14 +243,39 @@ class SweepResult:
                                  squeeze=False)
         values = self._metric(metric)
         for ax, name in zip(axes[0], self.fields):
-            x = np.array([p[name] for p in self.points], dtype=float)
+            raw = [p[name] for p in self.points]
+            if all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
+                   for v in raw):
+                x = np.array(raw, dtype=float)
+            else:  # tuples (hidden_sizes), strings: one position per distinct value
+                names = list(dict.fromkeys(label(v) for v in raw))
+                x = np.array([names.index(label(v)) for v in raw], dtype=float)
+                ax.set_xticks(range(len(names)), names)
             ax.scatter(np.repeat(x, len(self.seeds)), values.ravel(), alpha=0.7)
-            if x.min() > 0 and x.max() / x.min() > 20:
+            if x.min() > 0 and x.max() / x.min() > 20 and isinstance(raw[0], (int, float)):
                 ax.set_xscale("log")
             ax.set_xlabel(name)
             ax.set_ylabel(metric)
             ax.grid(alpha=0.3)
         return fig
+
+
+def _pad_front(x: np.ndarray, length: int, name: str) -> np.ndarray:
+    """``x`` ``[seeds, updates]`` padded at the start to ``length`` updates: zeros for the
+    episode sums and counts (no episode), NaN for the rest."""
+    missing = length - x.shape[-1]
+    if missing == 0:
+        return x
+    fill = 0 if name in ("episode_return_sum", "episodes") else np.nan
+    x = x.astype(np.float64) if fill != 0 and x.dtype.kind != "f" else x
+    return np.concatenate([np.full((*x.shape[:-1], missing), fill, x.dtype), x], -1)
+
+
+def label(value: Any) -> str:
+    """A swept value as a tick label: numbers ``:g``, others (``hidden_sizes``) as written."""
+    if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+        return f"{value:g}"
+    return str(value)
 
 
 def check_metric(metric: str) -> None:

@@ -21,11 +21,12 @@ LAYERS = [
      "jaxrl_async.sinks", "jaxrl_async.config_files", "jaxrl_async.tracking",
      "jaxrl_async.compile_cache"],
     ["jaxrl_async.train"],
-    ["jaxrl_async.sweep_result"],
+    ["jaxrl_async.sweep_result", "jaxrl_async.held_out"],
     ["jaxrl_async.sweep"],
     ["jaxrl_async.population", "jaxrl_async.exploit", "jaxrl_async.population_result"],
     ["jaxrl_async.population_checkpoint"],
     ["jaxrl_async.pbt"],
+    ["jaxrl_async.optuna_study", "jaxrl_async.optuna_search"],
     ["jaxrl_async.cli", "jaxrl_async.cli_parsers", "jaxrl_async.cli_options",
      "jaxrl_async.cli_sweep", "jaxrl_async.cli_population"],
 ]

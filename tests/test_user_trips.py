@@ -520,7 +520,7 @@ def test_the_summary_header_names_the_algorithm_and_no_return_reads_minus_zero(
 
 
 def test_a_grid_error_names_the_grid_not_a_flag_never_given(capsys):
-    for item, message in (("num_envs=4,8", "PPOConfig.num_envs is static"),
+    for item, message in (("num_envs=4,0", "PPOConfig.num_envs must be a positive integer"),
                           ("lr=-1,1e-3", "PPOConfig.lr must be > 0, got -1.0")):
         assert main(["sweep", "--grid", item, "--no-progress"]) == 2
         assert capsys.readouterr().err.startswith(f"error: --grid {item}: {message}")

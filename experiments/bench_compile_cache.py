@@ -1,4 +1,5 @@
-"""Cold and warm compile with the persistent compilation cache (``jaxrl_async/compile_cache.py``).
+"""Cold and warm compile with the persistent compilation cache
+(``jaxrl_async/run/compile_cache.py``).
 
     python experiments/bench_compile_cache.py [--workloads train sweep reproduce]
 

@@ -1,6 +1,6 @@
 """Speed of the CNN torso on a CPU: PPO on Breakout-MinAtar (sync runner) with the MinAtar CNN
-written with ``jaxrl_async.conv.Conv`` (ours), the same network written with flax ``nn.Conv``
-(the way PureJaxRL and purejaxql write it), and the MLP torso, in one run.
+written with ``jaxrl_async.networks.conv.Conv`` (ours), the same network written with flax
+``nn.Conv`` (the way PureJaxRL and purejaxql write it), and the MLP torso, in one run.
 
     python experiments/bench_conv.py [--num-envs 64 --num-steps 64 --updates 2 --repeats 3]
 

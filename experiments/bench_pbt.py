@@ -38,12 +38,12 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxrl_async as jra
-from jaxrl_async.population import Space
+from jaxrl_async.run.sinks import final_window, window_returns
 from jaxrl_async.runners.common import compiler_options
-from jaxrl_async.sinks import final_window, window_returns
-from jaxrl_async.sweep import _stack, run_points
+from jaxrl_async.search.population import Space
+from jaxrl_async.search.sweep import _stack, run_points
 
-pbt_module = __import__("jaxrl_async.pbt", fromlist=["_exploit"])
+pbt_module = __import__("jaxrl_async.search.pbt", fromlist=["_exploit"])
 
 TASKS = {
     # jaxrl_async/presets/pendulum_ppo.yaml at a smaller budget; lr and gamma matter most

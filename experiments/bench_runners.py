@@ -22,8 +22,8 @@ import time  # noqa: E402
 import jax  # noqa: E402
 
 import jaxrl_async as jra  # noqa: E402
-from jaxrl_async.sinks import final_return  # noqa: E402
-from jaxrl_async.train import collected_steps  # noqa: E402
+from jaxrl_async.run.sinks import final_return  # noqa: E402
+from jaxrl_async.run.train import collected_steps  # noqa: E402
 
 RUNNERS = {
     "sync": jra.SyncConfig(),

@@ -26,9 +26,9 @@ jra.use_cpu_cores()  # before anything runs: one XLA:CPU device per core
 
 import numpy as np  # noqa: E402
 
+from jaxrl_async.run.sinks import final_return  # noqa: E402
 from jaxrl_async.runners.common import compiler_options  # noqa: E402
-from jaxrl_async.sinks import final_return  # noqa: E402
-from jaxrl_async.sweep import count_compiles  # noqa: E402
+from jaxrl_async.search.sweep import count_compiles  # noqa: E402
 
 GRID = {"lr": [1e-4, 3e-4, 1e-3, 3e-3], "ent_coef": [0.0, 0.003, 0.01, 0.03]}
 

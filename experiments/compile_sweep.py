@@ -24,7 +24,7 @@ jra.use_cpu_cores()
 import numpy as np  # noqa: E402
 
 from jaxrl_async.runners.common import compiler_options  # noqa: E402
-from jaxrl_async.sweep import _program, _stack, grid_points  # noqa: E402
+from jaxrl_async.search.sweep import _program, _stack, grid_points  # noqa: E402
 
 GRID = {"lr": [1e-4, 3e-4, 1e-3, 3e-3], "ent_coef": [0.0, 0.003, 0.01, 0.03]}
 

@@ -20,8 +20,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from jaxrl_async import cli  # noqa: E402
-from jaxrl_async import config as C  # noqa: E402
-from jaxrl_async.cli_population import population_parser  # noqa: E402
+from jaxrl_async.cli.population import population_parser  # noqa: E402
+from jaxrl_async.config.shared import config as C  # noqa: E402
 
 OUT = ROOT / "docs" / "cli.md"
 

@@ -25,8 +25,8 @@ import jaxrl_async as jra
 from jaxrl_async.algos import ppo
 from jaxrl_async.algos.base import Algorithm
 from jaxrl_async.algos.returns import gae
+from jaxrl_async.run.sinks import final_return
 from jaxrl_async.runners import common
-from jaxrl_async.sinks import final_return
 
 PENDULUM = jra.PPOConfig(env="Pendulum-v1", total_timesteps=100_352, num_envs=16, num_steps=64,
                          lr=1e-3, update_epochs=10, num_minibatches=8, ent_coef=0.0,

@@ -68,7 +68,7 @@ from jaxrl_async.networks import orthogonal  # noqa: E402
 from jaxrl_async.runners import sync  # noqa: E402
 from jaxrl_async.runners.common import collect, learn_update  # noqa: E402
 
-sweep_module = importlib.import_module("jaxrl_async.sweep")  # the package exports the function
+sweep_module = importlib.import_module("jaxrl_async.search.sweep")
 
 OPS = ("fusion", "gather", "scatter", "sort", "while", "copy", "transpose", "dot",
        "dynamic-slice", "dynamic-update-slice", "concatenate", "custom-call")

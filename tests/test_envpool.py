@@ -15,7 +15,7 @@ envpool = pytest.importorskip("envpool")
 
 import jaxrl_async as jra  # noqa: E402
 from jaxrl_async.algos import make_algorithm  # noqa: E402
-from jaxrl_async.config import to_dict  # noqa: E402
+from jaxrl_async.config.shared import to_dict  # noqa: E402
 from jaxrl_async.envs import env_spec  # noqa: E402
 from jaxrl_async.envs.host_envpool import EnvPoolVecEnv  # noqa: E402
 from jaxrl_async.runners import host_actors, placement  # noqa: E402

@@ -24,15 +24,15 @@ import pytest
 import jaxrl_async as jra
 from jaxrl_async import runners
 from jaxrl_async.algos import make_algorithm
-from jaxrl_async.config import to_dict
+from jaxrl_async.config.shared import to_dict
 from jaxrl_async.envs import EnvSpec, VecEnv, env_spec, make_env, make_host_env
 from jaxrl_async.envs.host import InlineVecEnv
 from jaxrl_async.envs.host_workers import WorkerVecEnv, default_workers, live_workers
 from jaxrl_async.envs.wrappers import EpisodeStatistics
-from jaxrl_async.rollout import EnvCarry, rollout
+from jaxrl_async.run.sinks import final_return
 from jaxrl_async.runners import host_actors, host_batcher, host_trajectory, placement
 from jaxrl_async.runners.common import update_keys
-from jaxrl_async.sinks import final_return
+from jaxrl_async.runners.rollout import EnvCarry, rollout
 from tests.conftest import async_ppo, compile_once, no_threads_left, runner_threads
 
 COUNTER = "jaxrl-test/Counter-v0"
@@ -481,7 +481,7 @@ def test_a_host_env_with_no_runner_named_runs_under_the_async_runner():
     assert jra.PPOConfig(env="gymnasium:CartPole-v1").runner == jra.AsyncConfig()
     assert jra.SACConfig(env="envpool:HalfCheetah-v4").runner == jra.AsyncConfig()
     assert jra.PPOConfig(env="CartPole-v1").runner == jra.SyncConfig()
-    from jaxrl_async import cli
+    from jaxrl_async.cli import command as cli
 
     for argv, runner in ((["--env", "gymnasium:CartPole-v1"], "async"),
                          (["--env", "gymnasium:CartPole-v1", "--runner", "sync"], "sync"),

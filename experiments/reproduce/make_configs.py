@@ -7,7 +7,7 @@ from pathlib import Path
 
 import jaxrl_async as jra
 from experiments.reproduce.suites import RLZOO_PPO_PENDULUM, rlzoo_ppo_fields
-from jaxrl_async.config import to_dict
+from jaxrl_async.config.shared import to_dict
 
 out = Path("jaxrl_async/presets/published")
 EVAL = dict(eval_episodes=10, eval_greedy=True, fast_compile=True)

@@ -33,7 +33,7 @@ from jax import lax
 
 from jaxrl_async.algos.base import Trajectory
 from jaxrl_async.algos.returns import n_step_return
-from jaxrl_async.config import TrainConfig, config, fail, positive, positive_int, static
+from jaxrl_async.config.shared import TrainConfig, config, fail, positive, positive_int, static
 
 
 class Replay(NamedTuple):

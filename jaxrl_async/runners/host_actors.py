@@ -53,7 +53,6 @@ from jaxrl_async.envs import EnvSpec, HostVecEnv, host_env_spec, make_host_env
 from jaxrl_async.envs import host_normalize as normalization
 from jaxrl_async.envs.host import source_obs_dtype, split_host_id
 from jaxrl_async.envs.host_workers import default_workers
-from jaxrl_async.rollout import EpisodeSums, env_keys
 from jaxrl_async.runners.actor_learner import Setup, drive
 from jaxrl_async.runners.common import init_state
 from jaxrl_async.runners.host_batcher import Batcher, act_keys, groups, policy_step
@@ -70,6 +69,7 @@ from jaxrl_async.runners.placement import (
     shapes_on,
 )
 from jaxrl_async.runners.programs import Programs, acting_params, compile_with_learner
+from jaxrl_async.runners.rollout import EpisodeSums, env_keys
 from jaxrl_async.runners.state import Callbacks, RunState, TrainingInterrupted, TrainResult
 
 

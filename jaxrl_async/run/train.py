@@ -13,12 +13,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxrl_async import checkpoint, compile_cache, config_files, runners, sinks
+from jaxrl_async import runners
 from jaxrl_async.algos import from_dict
-from jaxrl_async.checkpoint import CheckpointError
-from jaxrl_async.config import to_dict
-from jaxrl_async.config_fields import check_seed
+from jaxrl_async.config.fields import check_seed
+from jaxrl_async.config.shared import to_dict
 from jaxrl_async.envs import env_spec
+from jaxrl_async.run import checkpoint, compile_cache, config_files, sinks
+from jaxrl_async.run.checkpoint import CheckpointError
 from jaxrl_async.runners import sync
 from jaxrl_async.runners.state import (
     Callbacks,

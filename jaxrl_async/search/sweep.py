@@ -31,9 +31,11 @@ from jax import lax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from jaxrl_async.compile_cache import default_compile_cache
-from jaxrl_async.config import hyper_fields, static_fields
-from jaxrl_async.config_fields import check_seed
+from jaxrl_async.config.fields import check_seed
+from jaxrl_async.config.shared import hyper_fields, static_fields
+from jaxrl_async.run.compile_cache import default_compile_cache
+from jaxrl_async.run.sinks import format_return
+from jaxrl_async.run.train import warn_partial_update
 from jaxrl_async.runners import sync
 from jaxrl_async.runners.common import (
     build,
@@ -42,9 +44,7 @@ from jaxrl_async.runners.common import (
     with_evaluation,
     xla_option_probe,
 )
-from jaxrl_async.sinks import format_return
-from jaxrl_async.sweep_result import SweepResult
-from jaxrl_async.train import warn_partial_update
+from jaxrl_async.search.sweep_result import SweepResult
 
 AXIS = "runs"
 

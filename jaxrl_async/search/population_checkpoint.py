@@ -16,10 +16,10 @@ import jax
 import numpy as np
 
 from jaxrl_async.algos import from_dict
-from jaxrl_async.checkpoint import CheckpointError
-from jaxrl_async.config import to_dict
-from jaxrl_async.population import Schedule, Space
-from jaxrl_async.sinks import to_json
+from jaxrl_async.config.shared import to_dict
+from jaxrl_async.run.checkpoint import CheckpointError
+from jaxrl_async.run.sinks import to_json
+from jaxrl_async.search.population import Schedule, Space
 
 META, DATA = "population.json", "checkpoint.npz"
 

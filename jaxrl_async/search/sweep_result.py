@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxrl_async.sinks import SCORES as METRICS
-from jaxrl_async.sinks import final_window, window_return
+from jaxrl_async.run.sinks import SCORES as METRICS
+from jaxrl_async.run.sinks import final_window, window_return
 
 AXIS = "runs"
 
@@ -110,7 +110,7 @@ class SweepResult:
         rows = self.summary(metric)
         scores = np.array([r[metric] for r in rows])
         if np.isnan(scores).all():
-            from jaxrl_async.train import no_episode_note
+            from jaxrl_async.run.train import no_episode_note
 
             why = ("the runs were not evaluated (eval_every=0): sweep with eval_every=N"
                    if metric == "final_eval_return" else

@@ -32,7 +32,7 @@ def use_compile_cache(args: argparse.Namespace) -> None:
     """``--compile-cache``: point the compilation cache there (and take it out of ``args``)."""
     where = vars(args).pop("compile_cache", None)
     if where is not None:
-        from jaxrl_async.compile_cache import use_compile_cache as use
+        from jaxrl_async.run.compile_cache import use_compile_cache as use
 
         use(where)
 
@@ -50,7 +50,7 @@ def add_tracking_options(parser: argparse.ArgumentParser) -> None:
 def config_algo(argv: list[str]) -> str | None:
     """The algorithm the ``--config`` file in ``argv`` names (``None``: no file, or one that
     does not read; that is reported when it is loaded)."""
-    from jaxrl_async import config_files
+    from jaxrl_async.run import config_files
 
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config", default=None)
@@ -69,9 +69,9 @@ def config_algo(argv: list[str]) -> str | None:
 def train_base(args: argparse.Namespace) -> tuple[Any, int]:
     """``cmd_train``'s base config (resumed run's, the ``--config`` file's, or ``None``) and
     seed (``--seed``, else the file's, else 0)."""
-    from jaxrl_async import config_files
-    from jaxrl_async.config_fields import check_seed
-    from jaxrl_async.train import load_config
+    from jaxrl_async.config.fields import check_seed
+    from jaxrl_async.run import config_files
+    from jaxrl_async.run.train import load_config
 
     file_seed = None
     if args.resume and args.config:
@@ -94,7 +94,7 @@ def sweep_base(args: argparse.Namespace) -> Any:
     the file's spaces and seeds into ``args`` where no flag gave them, and the defaults."""
     sweep_file = None
     if args.config:
-        from jaxrl_async import config_files
+        from jaxrl_async.run import config_files
 
         sweep_file = config_files.load_sweep_file(args.config)
         if not args.grid and not args.random:
@@ -123,7 +123,7 @@ def tracker(args: argparse.Namespace) -> Any:
     """A ``WandbSink`` left open for the evaluation (``--track``), or ``None``."""
     if not args.track:
         return None
-    from jaxrl_async.tracking import WandbSink
+    from jaxrl_async.run.tracking import WandbSink
 
     return WandbSink(project=args.wandb_project, entity=args.wandb_entity, keep_open=True)
 
@@ -131,7 +131,7 @@ def tracker(args: argparse.Namespace) -> Any:
 def log_sweep(args: argparse.Namespace, out: Any, cfg: Any, spec: dict, result: Any) -> None:
     """``--track``: the sweep as one tracker run (``tracking.log_sweep``)."""
     if args.track:
-        from jaxrl_async.tracking import log_sweep
+        from jaxrl_async.run.tracking import log_sweep
 
         log_sweep(out, cfg, spec, result, project=args.wandb_project,
                   entity=args.wandb_entity, rank_by=args.rank_by)
@@ -144,7 +144,7 @@ ON_POLICY_DEFAULTS = ("ppo", "impala", "recurrent_ppo")
 def defaults_hint(cfg: Any) -> str | None:
     """One line for a run of CartPole's defaults on a continuous-control env (no ``--config``):
     the presets made for continuous control, those of ``cfg.env`` first; ``None`` otherwise."""
-    from jaxrl_async import config_files
+    from jaxrl_async.run import config_files
 
     if cfg.name not in ON_POLICY_DEFAULTS or cfg.is_discrete:
         return None
@@ -166,7 +166,7 @@ def cmd_presets(argv: list[str]) -> int:
         prog="jaxrl-async presets",
         description="The presets: settings files given by name (train --config NAME); "
                     "published/ ones are what make reproduce runs.").parse_args(argv)
-    from jaxrl_async import config_files
+    from jaxrl_async.run import config_files
 
     for name, path in config_files.presets().items():
         data = config_files.read_file(path)

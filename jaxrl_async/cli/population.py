@@ -10,8 +10,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from jaxrl_async import cli_options as options
-from jaxrl_async.cli_parsers import _config_parser
+from jaxrl_async.cli import options
+from jaxrl_async.cli.parsers import _config_parser
 
 KINDS = {"pbt": "population-based training", "halving": "successive halving"}
 
@@ -65,8 +65,8 @@ def population_parser(kind: str, algo: str) -> argparse.ArgumentParser:
 
 def space_of(cfg: Any, items: list[str]) -> Any:
     """The ``--space`` items as a checked ``Space``; errors name the item."""
-    from jaxrl_async.cli_sweep import _parse_range, _parse_values
-    from jaxrl_async.population import Space
+    from jaxrl_async.cli.sweep import _parse_range, _parse_values
+    from jaxrl_async.search.population import Space
 
     if not items:
         raise ValueError("give the search space: --space FIELD=log:LO:HI, "
@@ -111,9 +111,9 @@ def write(out: Path, result: Any) -> dict[str, Any]:
     """The population directory's result files; returns the best member's row."""
     import numpy as np
 
-    from jaxrl_async import sinks
-    from jaxrl_async.config import to_dict
-    from jaxrl_async.population_result import shortest
+    from jaxrl_async.config.shared import to_dict
+    from jaxrl_async.run import sinks
+    from jaxrl_async.search.population_result import shortest
 
     out.mkdir(parents=True, exist_ok=True)
     result.to_csv(out / "members.csv")
@@ -129,7 +129,7 @@ def write(out: Path, result: Any) -> dict[str, Any]:
 
 
 def report(out: Path, result: Any, best: dict[str, Any]) -> None:
-    from jaxrl_async.sinks import format_return
+    from jaxrl_async.run.sinks import format_return
 
     t, s = result.timing, result.schedule
     speed = (f"train {t['train_s']:.1f} s, {t['sps']:,.0f} SPS in all" if t["steps_trained"]

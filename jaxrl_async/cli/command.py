@@ -23,8 +23,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from jaxrl_async import cli_options as options
-from jaxrl_async.cli_parsers import (  # noqa: F401 - the parsers, importable from here as before
+from jaxrl_async.cli import options
+from jaxrl_async.cli.parsers import (  # noqa: F401 - the parsers, importable from here as before
     Parser,
     _flag,
     _number,
@@ -36,7 +36,7 @@ from jaxrl_async.cli_parsers import (  # noqa: F401 - the parsers, importable fr
     sweep_parser,
     train_parser,
 )
-from jaxrl_async.config import AsyncConfig, SyncConfig
+from jaxrl_async.config.shared import AsyncConfig, SyncConfig
 
 
 def wants_distributed(args: argparse.Namespace) -> bool:
@@ -47,7 +47,7 @@ def wants_distributed(args: argparse.Namespace) -> bool:
 def join_distributed(args: argparse.Namespace) -> None:
     """``jra.distributed.initialize`` with the command line's values (must run before JAX
     starts its backend)."""
-    from jaxrl_async import distributed
+    from jaxrl_async.run import distributed
 
     distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
 
@@ -126,7 +126,7 @@ def _algo_of(argv: list[str]) -> str:
         return in_file
     if known.resume is not None and "--algo" not in argv:
         try:
-            from jaxrl_async.train import load_config
+            from jaxrl_async.run.train import load_config
 
             return load_config(known.resume).name
         except ValueError:
@@ -171,11 +171,10 @@ def cmd_train(argv: list[str]) -> int:
 
 
 def _train(args: argparse.Namespace, tracker: Any, final_episodes: int) -> int:
-    from jaxrl_async import sinks
-    from jaxrl_async.checkpoint import CheckpointError
-    from jaxrl_async.distributed import is_main_process
-    from jaxrl_async.runners.state import TrainingDiverged, TrainingInterrupted
-    from jaxrl_async.train import (
+    from jaxrl_async.run import sinks
+    from jaxrl_async.run.checkpoint import CheckpointError
+    from jaxrl_async.run.distributed import is_main_process
+    from jaxrl_async.run.train import (
         PartialUpdateWarning,
         default_run_dir,
         no_episode_note,
@@ -183,6 +182,7 @@ def _train(args: argparse.Namespace, tracker: Any, final_episodes: int) -> int:
         summary,
         train,
     )
+    from jaxrl_async.runners.state import TrainingDiverged, TrainingInterrupted
 
     if args.extend and not args.resume:
         return _fail("--extend continues a run: it needs --resume RUN_DIR")
@@ -255,9 +255,9 @@ def _final_evaluation(cfg: Any, result: Any, s: dict, episodes: int, seed: int, 
     ``final_eval_return``) and made again here with its keys for the per-episode figures (the
     same episodes); else ``episodes`` greedy episodes on fresh envs from ``seed``. ``episodes``
     0: none after training (with ``eval_every``, the one in training is printed)."""
-    from jaxrl_async import sinks
-    from jaxrl_async.distributed import is_main_process
-    from jaxrl_async.evaluate import evaluate
+    from jaxrl_async.run import sinks
+    from jaxrl_async.run.distributed import is_main_process
+    from jaxrl_async.run.evaluate import evaluate
     from jaxrl_async.runners.common import eval_key
 
     done = int(result.state.update)
@@ -285,12 +285,12 @@ def _final_evaluation(cfg: Any, result: Any, s: dict, episodes: int, seed: int, 
 
 
 def cmd_sweep(argv: list[str]) -> int:
-    from jaxrl_async.sweep import random_search, sweep, use_cpu_cores
+    from jaxrl_async.search.sweep import random_search, sweep, use_cpu_cores
 
     use_cpu_cores()  # first: reading a --config file imports gymnax, which starts JAX's backend
     args = _parse(sweep_parser(_algo_of(argv)), argv)
     options.use_compile_cache(args)
-    from jaxrl_async import cli_sweep
+    from jaxrl_async.cli import sweep as cli_sweep
 
     try:
         cfg = config_from_args(args, options.sweep_base(args))
@@ -322,8 +322,8 @@ def cmd_sweep(argv: list[str]) -> int:
 
 def cmd_population(kind: str, argv: list[str]) -> int:
     """``jaxrl-async pbt`` and ``jaxrl-async halving`` (``cli_population``)."""
-    from jaxrl_async import cli_population
-    from jaxrl_async.population_checkpoint import read_meta
+    from jaxrl_async.cli import population as cli_population
+    from jaxrl_async.search.population_checkpoint import read_meta
 
     args = _parse(cli_population.population_parser(kind, _algo_of(argv)), argv)
     try:
@@ -340,7 +340,7 @@ def cmd_population(kind: str, argv: list[str]) -> int:
     best = cli_population.write(out, result)
     cli_population.report(out, result, best)
     if args.track:
-        from jaxrl_async.tracking import log_population
+        from jaxrl_async.run.tracking import log_population
 
         log_population(out, result.base, cli_population.tracked(result), result,
                        project=args.wandb_project, entity=args.wandb_entity)
@@ -349,9 +349,9 @@ def cmd_population(kind: str, argv: list[str]) -> int:
 
 def cmd_eval(argv: list[str]) -> int:
     args = eval_parser().parse_args(argv)
-    from jaxrl_async import checkpoint, sinks
-    from jaxrl_async.evaluate import check_renderer, evaluate, save_gif
-    from jaxrl_async.train import load_config
+    from jaxrl_async.run import checkpoint, sinks
+    from jaxrl_async.run.evaluate import check_renderer, evaluate, save_gif
+    from jaxrl_async.run.train import load_config
 
     try:
         cfg = load_config(args.run_dir)
@@ -403,6 +403,3 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if asked else 2
     return COMMANDS[argv[0]][0](argv[1:])
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,13 +9,13 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from jaxrl_async.cli_parsers import _number
+from jaxrl_async.cli.parsers import _number
 
 
 def spaces(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
     """The swept fields' values (``--grid``) or ranges (``--random``), checked against
     ``cfg``; errors name the ``--grid``/``--random`` item they come from."""
-    from jaxrl_async.sweep import check_sweepable
+    from jaxrl_async.search.sweep import check_sweepable
 
     if bool(args.grid) == bool(args.random):
         raise ValueError("give either --grid FIELD=V1,V2 ... or --random FIELD=log:LO:HI ...")
@@ -47,7 +47,7 @@ def _parse_values(cfg: Any, name: str, text: str, flag: str) -> list[Any]:
 
 
 def _parse_range(text: str) -> Any:
-    from jaxrl_async.sweep import LogUniform, Uniform
+    from jaxrl_async.search.sweep import LogUniform, Uniform
 
     parts = text.partition("=")[2].split(":")
     kinds = {"log": LogUniform, "loguniform": LogUniform, "uniform": Uniform}
@@ -58,7 +58,7 @@ def _parse_range(text: str) -> Any:
 
 def _range_text(space: Any) -> str:
     """A random-search range as a sweep file writes it: ``log:LO:HI`` or ``uniform:LO:HI``."""
-    from jaxrl_async.sweep import LogUniform
+    from jaxrl_async.search.sweep import LogUniform
 
     kind = "log" if isinstance(space, LogUniform) else "uniform"
     return f"{kind}:{space.low!r}:{space.high!r}"
@@ -69,8 +69,8 @@ def write_sweep(out: Path, cfg: Any, spec: dict[str, Any], result: Any,
     """Write the sweep directory: ``config.json`` (a sweep file of this sweep), ``results.csv``,
     ``sweep.png`` and, with a ``best`` row (``result.best(args.rank_by)``), ``best.json``: a run
     file of the best config, with where it came from under ``from_sweep``."""
-    from jaxrl_async import sinks
-    from jaxrl_async.config import to_dict
+    from jaxrl_async.config.shared import to_dict
+    from jaxrl_async.run import sinks
 
     out.mkdir(parents=True, exist_ok=True)
     sweep_file: dict[str, Any] = {"base": to_dict(cfg)}
@@ -95,7 +95,7 @@ def report(out: Path, cfg: Any, result: Any, rank_by: str, best: dict | str) -> 
     (``best``: its row, or why there is none)."""
     import math
 
-    from jaxrl_async.sinks import format_return
+    from jaxrl_async.run.sinks import format_return
 
     t, window = result.timing, result.final_window
     print(f"\n{len(result.configs)} configs x {len(result.seeds)} seeds = {t['runs']} runs on "

@@ -36,7 +36,7 @@ def version_folder() -> str:
     jaxrl_async-0.1.0``: a program compiled by other versions is never read back."""
     import jaxlib
 
-    from jaxrl_async import __version__
+    from jaxrl_async.version import __version__
 
     return f"jax-{jax.__version__}_jaxlib-{jaxlib.__version__}_jaxrl_async-{__version__}"
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxrl_async.sweep import LogUniform, Uniform, check_sweepable, sample_points
+from jaxrl_async.search.sweep import LogUniform, Uniform, check_sweepable, sample_points
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,8 +12,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxrl_async.sinks import final_window, finite_points, window_returns
-from jaxrl_async.sweep_result import quiet_nan
+from jaxrl_async.run.sinks import final_window, finite_points, window_returns
+from jaxrl_async.search.sweep_result import quiet_nan
 
 
 @dataclasses.dataclass(frozen=True)

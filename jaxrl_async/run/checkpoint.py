@@ -30,7 +30,7 @@ import jax
 import numpy as np
 
 from jaxrl_async import runners
-from jaxrl_async.config import to_dict
+from jaxrl_async.config.shared import to_dict
 from jaxrl_async.runners import divergence
 from jaxrl_async.runners.state import Callbacks, RunState
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from jaxrl_async.config import to_dict
+from jaxrl_async.config.shared import to_dict
+from jaxrl_async.run.sinks import to_json
 from jaxrl_async.runners.state import Callbacks, TrainResult
-from jaxrl_async.sinks import to_json
 
 STATE_FILE = "wandb.json"  # in the run directory: the tracker run's id and last update logged
 
@@ -76,7 +76,7 @@ class WandbSink(Callbacks):
 
         if jax.process_index() != 0:  # only the main process logs
             return
-        from jaxrl_async import sinks
+        from jaxrl_async.run import sinks
 
         self.final_window = sinks.final_window(cfg)
         wandb = _wandb()
@@ -142,7 +142,7 @@ class WandbSink(Callbacks):
         self.flush()
         import tempfile
 
-        from jaxrl_async import sinks
+        from jaxrl_async.run import sinks
 
         wandb = _wandb()
         figures = result.timing or {}

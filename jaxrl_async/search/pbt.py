@@ -36,14 +36,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxrl_async import exploit
-from jaxrl_async import population_checkpoint as ckpt
-from jaxrl_async.compile_cache import default_compile_cache
-from jaxrl_async.config import hyper_fields
-from jaxrl_async.population import Schedule, Space
-from jaxrl_async.population_result import PopulationResult
+from jaxrl_async.config.shared import hyper_fields
+from jaxrl_async.run.compile_cache import default_compile_cache
 from jaxrl_async.runners.common import compiler_options, with_moments
-from jaxrl_async.sweep import _Progress, _stack, _wait, final_params, init_runs, step_runs
+from jaxrl_async.search import exploit
+from jaxrl_async.search import population_checkpoint as ckpt
+from jaxrl_async.search.population import Schedule, Space
+from jaxrl_async.search.population_result import PopulationResult
+from jaxrl_async.search.sweep import _Progress, _stack, _wait, final_params, init_runs, step_runs
 
 SCORES = ("return", "eval")
 
@@ -273,8 +273,8 @@ def run_population(cfg: Any, space: Space, schedule: Schedule, seeds: int | Sequ
     """Train a population by ``schedule`` (``pbt_schedule``/``halving_schedule``); every
     check is done before anything compiles. ``resume``: a checkpoint's ``(segments done,
     carry, outputs)`` to continue from (``resume_population``)."""
-    from jaxrl_async.sweep import check_runner, seed_list
-    from jaxrl_async.train import warn_partial_update
+    from jaxrl_async.run.train import warn_partial_update
+    from jaxrl_async.search.sweep import check_runner, seed_list
 
     check_runner(cfg)
     seeds = seed_list(seeds)
@@ -363,7 +363,7 @@ def _get(tree: Any) -> Any:
 
 
 def _check_seed(seed: Any) -> int:
-    from jaxrl_async.config_fields import check_seed
+    from jaxrl_async.config.fields import check_seed
 
     return check_seed(seed, "seed")
 

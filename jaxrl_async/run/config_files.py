@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from jaxrl_async.algos import REGISTRY
-from jaxrl_async.config import AsyncConfig, SyncConfig
-from jaxrl_async.config_fields import check_seed
-from jaxrl_async.sinks import SCORES
+from jaxrl_async.config.fields import check_seed
+from jaxrl_async.config.shared import AsyncConfig, SyncConfig
+from jaxrl_async.run.sinks import SCORES
 
 SUFFIXES = (".yaml", ".yml", ".json")
 RUNNERS = {"sync": SyncConfig, "async": AsyncConfig}
@@ -272,7 +272,7 @@ class SweepFile:
 
 def load_sweep_file(path: str | Path) -> SweepFile:
     """A sweep file's contents, checked (the swept fields' names and values too)."""
-    from jaxrl_async.config import hyper_fields
+    from jaxrl_async.config.shared import hyper_fields
 
     path = Path(path)
     data, where = read_file(path), str(path)

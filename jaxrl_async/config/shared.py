@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxrl_async.config_fields import (  # noqa: F401 - the field machinery, importable from here
+from jaxrl_async.config.fields import (  # noqa: F401 - the field machinery, importable from here
     INT32_MAX,
     Check,
     FieldTypeError,
@@ -241,7 +241,7 @@ class TrainConfig:
         if self.torso != "auto":
             return self.torso
         from jaxrl_async.envs import env_spec
-        from jaxrl_async.networks import resolve_torso
+        from jaxrl_async.networks.torsos import resolve_torso
 
         return resolve_torso(self.torso, env_spec(self.env).obs_shape)
 

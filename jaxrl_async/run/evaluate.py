@@ -20,13 +20,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_async import evaluate_host
 from jaxrl_async.algos import make_algorithm
-from jaxrl_async.config_fields import check_seed
+from jaxrl_async.config.fields import check_seed
 from jaxrl_async.envs import RunningMoments, is_host_env, make_env, normalize
 from jaxrl_async.envs.host_normalize import pooled
-from jaxrl_async.rollout import env_keys, eval_policy, run_episodes
+from jaxrl_async.run import evaluate_host
 from jaxrl_async.runners.host_actors import HostEnvState, learning_spec
+from jaxrl_async.runners.rollout import env_keys, eval_policy, run_episodes
 from jaxrl_async.runners.state import RunState, TrainResult
 
 

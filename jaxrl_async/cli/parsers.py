@@ -10,9 +10,9 @@ import re
 import sys
 from typing import Any, NoReturn
 
-from jaxrl_async import cli_options as options
-from jaxrl_async.config import AsyncConfig, SyncConfig, field_docs
-from jaxrl_async.sinks import SCORES
+from jaxrl_async.cli import options
+from jaxrl_async.config.shared import AsyncConfig, SyncConfig, field_docs
+from jaxrl_async.run.sinks import SCORES
 
 
 def runner_configs() -> dict[str, type]:

@@ -223,8 +223,8 @@ class JaxCartPoleFromStarts(VecEnv):
 
 @pytest.mark.timeout(300)
 def test_a_waiting_cartpole_is_gymnax_cartpole_and_waits(devices):
-    # The latency-bound env of experiments/bench_host_envs.py: its host rollout (stream 1 of 2,
-    # lag 1) is the JAX rollout of gymnax's CartPole-v1 from the same starts, episode ends
+    # The latency-bound env of experiments/bench/bench_host_envs.py: its host rollout (stream 1
+    # of 2, lag 1) is the JAX rollout of gymnax's CartPole-v1 from the same starts, episode ends
     # included, in the same trajectory format; and each step of each env waits latency_ms.
     from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 

@@ -1,7 +1,7 @@
 """Soak run: the async runner free-running with 2 actor streams for many updates, watching for
 leaks and for the pipeline's bounds (not part of ``make test``).
 
-    python experiments/bench_soak.py [--updates 20000 --log-every 100 --queue-size 4]
+    python experiments/bench/bench_soak.py [--updates 20000 --log-every 100 --queue-size 4]
 
 A tiny PPO on CartPole (4 envs x 8 steps per update, one epoch, one minibatch: the updates are
 short, so the host pipeline, not the compute, is what runs most of the time) under

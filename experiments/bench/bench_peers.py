@@ -1,7 +1,7 @@
 """Ours against rejax's PPO and the PureJaxRL-style baseline, side by side in one process.
 
-    python experiments/bench_peers.py [--workloads single sweep] [--repeats 3] [--preset gpu]
-    python experiments/bench_peers.py --first-compile 4
+    python experiments/bench/bench_peers.py [--workloads single sweep] [--repeats 3] [--preset gpu]
+    python experiments/bench/bench_peers.py --first-compile 4
 
 ``--first-compile N`` measures only the first compile of the ``single`` workload, fairly: in one
 process the side compiled first pays jax's first-use costs (lowering rules, caches) for the

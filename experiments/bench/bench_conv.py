@@ -2,7 +2,7 @@
 written with ``jaxrl_async.networks.conv.Conv`` (ours), the same network written with flax
 ``nn.Conv`` (the way PureJaxRL and purejaxql write it), and the MLP torso, in one run.
 
-    python experiments/bench_conv.py [--num-envs 64 --num-steps 64 --updates 2 --repeats 3]
+    python experiments/bench/bench_conv.py [--num-envs 64 --num-steps 64 --updates 2 --repeats 3]
 
 Each network's training program is compiled once and run ``--repeats`` times; SPS counts env
 steps trained on per second after compilation (median over repeats; the three networks take

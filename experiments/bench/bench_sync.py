@@ -1,6 +1,6 @@
 """Speed of the sync runner: SPS after compilation, compile time, learning, time to solve.
 
-    python experiments/bench_sync.py --preset cartpole-ref [--baseline] [--repeats 3]
+    python experiments/bench/bench_sync.py --preset cartpole-ref [--baseline] [--repeats 3]
 
 The last line printed is one JSON object. With ``--baseline`` the same settings are also run
 by ``baseline_ppo.py`` (PPO written the common single-file way) in the same process, so the

@@ -1,7 +1,7 @@
 """Cold and warm compile with the persistent compilation cache
 (``jaxrl_async/run/compile_cache.py``).
 
-    python experiments/bench_compile_cache.py [--workloads train sweep reproduce]
+    python experiments/bench/bench_compile_cache.py [--workloads train sweep reproduce]
 
 Each workload runs twice, each time in a fresh process, with ``JAXRL_ASYNC_COMPILE_CACHE`` at
 one new temporary folder: the first process compiles (cold), the second reads the programs
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SWEEP = """
 import json, jaxrl_async as jra

@@ -4,7 +4,7 @@ a random policy: the untrained network (near-uniform logits), sampled, on the sa
 Prints one JSON line: the budget, wall time, and the mean return of 256 evaluation episodes
 for the random policy and the trained one (sampled and greedy).
 
-    PYTHONPATH=$PWD python experiments/learn_suite.py [--env ID] [--steps N]
+    PYTHONPATH=$PWD python experiments/bench/learn_suite.py [--env ID] [--steps N]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Our replay buffer against flashbax's trajectory buffer: insert and n-step-window sampling.
 
-    python experiments/bench_replay.py [--obs-size 4] [--capacity 50048] [--repeats 5]
+    python experiments/bench/bench_replay.py [--obs-size 4] [--capacity 50048] [--repeats 5]
 
 Both hold the same transitions (obs, action, reward, terminated, truncated, next_obs) of B envs
 and insert time-major [T, B] rollouts. "sample" is what the learner needs per gradient step: a

@@ -1,7 +1,7 @@
 """Which critic PPO's GAE should use under lag, on Pendulum-v1 (the continuous PPO test's
 settings, value clipping off, where the return scale makes a critic mismatch costly).
 
-    python experiments/lag_critic.py [--critic learner behaviour mixed] [--seeds 0 1 2]
+    python experiments/bench/lag_critic.py [--critic learner behaviour mixed] [--seeds 0 1 2]
 
 One JSON line per (runner, critic, seed): the final return (mean of the last 10 updates).
 ``--critic``, async lag 1 only:

@@ -1,8 +1,8 @@
 """Where a host env step's time goes: ``WorkerVecEnv`` round trips without any policy or JAX.
 
-    python experiments/bench_host_roundtrip.py [--cases sleep:5:64] [--workers 0 2] \\
+    python experiments/bench/bench_host_roundtrip.py [--cases sleep:5:64] [--workers 0 2] \\
         [--threads 0] [--groups 2 4] [--main-ms 0.5] [--budget-s 3]
-    python experiments/bench_host_roundtrip.py --chain 5:16 5:32 20:128
+    python experiments/bench/bench_host_roundtrip.py --chain 5:16 5:32 20:128
 
 For each case and setting, steps ``num_envs`` waiting envs (``envs/latency.py``) in ``groups``
 groups the way the batcher does (recv a group, the main side's work, send it, the next group),

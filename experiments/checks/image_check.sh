@@ -9,7 +9,7 @@
 #     run top to bottom, cell by cell, as the test suite runs them (3 updates each).
 # It prints the image size and one JSON line of figures, and exits non-zero on any failure.
 #
-#     bash experiments/image_check.sh [--fresh]       (make test-image)
+#     bash experiments/checks/image_check.sh [--fresh]       (make test-image)
 #
 # --fresh: build from nothing (a new Debian base, no cached layers) to time it.
 # Needs root, podman, runc and debootstrap (apt-get install podman runc debootstrap). The base
@@ -17,7 +17,7 @@
 # default Debian mirror when missing. Behind a TLS-intercepting proxy, the CA bundle named by
 # PIP_CERT (or SSL_CERT_FILE) is mounted into the build for pip.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 TAG="${JRA_IMAGE_TAG:-localhost/jaxrl_async:check}"
 BASE_IMAGE="${JRA_IMAGE_BASE:-localhost/debian:bookworm}"

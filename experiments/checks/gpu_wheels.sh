@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The wheels a GPU machine without a package index lacks, downloaded here (where there is one)
-# into a folder to copy there for experiments/accelerator_check.sh (JAXRL_WHEELS=FOLDER
+# into a folder to copy there for experiments/checks/accelerator_check.sh (JAXRL_WHEELS=FOLDER
 # JAXRL_OFFLINE=1).
 #
-#     bash experiments/gpu_wheels.sh [FOLDER]          (default ./wheels)
+#     bash experiments/checks/gpu_wheels.sh [FOLDER]          (default ./wheels)
 #
 # What is downloaded: the build backend (setuptools), this project's dependencies and those of
 # the extras in
@@ -16,7 +16,7 @@
 # can never offer another. Prints the folder's wheels, one line each.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${1:-$ROOT/wheels}"
 PYV="${JAXRL_WHEEL_PYTHON:-3.12}"
 GLIBC_MINOR="${JAXRL_WHEEL_GLIBC_MINOR:-35}"

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The accelerator check's GPU-machine path, tested here without a GPU and without an index:
 #
-#     bash experiments/accelerator_offline_check.sh [WHEELS]     (default /tmp/jaxrl_gpu_wheels)
+#     bash experiments/checks/accelerator_offline_check.sh [WHEELS]     (default /tmp/jaxrl_gpu_wheels)
 #
-# 1. The wheel folder: made by experiments/gpu_wheels.sh when it holds no wheels (the only step
+# 1. The wheel folder: made by experiments/checks/gpu_wheels.sh when it holds no wheels (the only step
 #    that uses the package index).
 # 2. The "image": a fresh Python 3.12 venv (.ci/find_python 3.12, or $PYTHON_LATEST) holding
 #    what the GPU machines have preinstalled, with the CPU build of their jax: jax 0.11.2,
 #    flax 0.12.10, optax 0.2.8, chex 0.1.92, numpy 2.5.2, pytest ($JAXRL_IMAGE_PINS).
-# 3. experiments/accelerator_check.sh with PYTHON= that venv's python, JAXRL_ACCEL_PLATFORM=cpu
+# 3. experiments/checks/accelerator_check.sh with PYTHON= that venv's python, JAXRL_ACCEL_PLATFORM=cpu
 #    (the GPU check stubbed, small sizes), JAXRL_OFFLINE=1 and JAXRL_WHEELS=the folder, pip's
 #    configuration files and PIP_* settings cleared (PIP_CONFIG_FILE=/dev/null): nothing but
 #    the folder is reachable. Steps $JAXRL_ACCEL_STEPS (default versions,sync), budget
@@ -17,7 +17,7 @@
 # check's JSON line reports the image's jax and a figure for every step asked for; 1 otherwise.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 WHEELS="${1:-/tmp/jaxrl_gpu_wheels}"
 BASE="${JAXRL_OFFLINE_BASE:-/tmp/jaxrl_offline_image}"
 PINS="${JAXRL_IMAGE_PINS:-jax==0.11.2 jaxlib==0.11.2 flax==0.12.10 optax==0.2.8 chex==0.1.92 numpy==2.5.2 pytest}"
@@ -26,8 +26,8 @@ say() { echo "accelerator_offline_check: $*" >&2; }
 
 PY312="${PYTHON_LATEST:-$("$ROOT/.ci/find_python" 3.12)}"
 if ! compgen -G "$WHEELS/*.whl" >/dev/null; then
-    say "no wheels in $WHEELS: downloading them (experiments/gpu_wheels.sh)"
-    PYTHON="$PY312" bash "$ROOT/experiments/gpu_wheels.sh" "$WHEELS" > /dev/null
+    say "no wheels in $WHEELS: downloading them (experiments/checks/gpu_wheels.sh)"
+    PYTHON="$PY312" bash "$ROOT/experiments/checks/gpu_wheels.sh" "$WHEELS" > /dev/null
 fi
 say "the image: $BASE from $PY312 with $PINS"
 rm -rf "$BASE"
@@ -41,7 +41,7 @@ out="$(env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL -u PIP_CONS
     PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX=1 PYTHON="$BASE/bin/python" \
     JAXRL_ACCEL_PLATFORM=cpu JAXRL_OFFLINE=1 JAXRL_WHEELS="$WHEELS" \
     JAXRL_ACCEL_VENV="${JAXRL_ACCEL_VENV:-/tmp/jaxrl_offline_venv}" JAXRL_ACCEL_STEPS="$STEPS" \
-    bash "$ROOT/experiments/accelerator_check.sh")"
+    bash "$ROOT/experiments/checks/accelerator_check.sh")"
 echo "$out"
 IMAGE_JAX="$IMAGE_JAX" STEPS="$STEPS" python3 - "$out" <<'PYEOF'
 import json, os, sys

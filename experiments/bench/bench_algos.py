@@ -1,6 +1,6 @@
 """Every algorithm on its reference env: speed and wall time to its return threshold.
 
-    python experiments/bench_algos.py [--algos dqn pqn ...] [--seeds 1] [--fast-compile]
+    python experiments/bench/bench_algos.py [--algos dqn pqn ...] [--seeds 1] [--fast-compile]
 
 One JSON line per algorithm: SPS (env steps per second after compilation), compile time, train
 time, the first update whose return (mean over a window of updates) reached the threshold, and

@@ -4,7 +4,7 @@ free-running one, one after another in one process on 2 XLA host devices. One JS
 runner, env steps trained on per second, collected per second, the final return and the
 compile time (docs/design.md, "Which runner").
 
-    python experiments/bench_runners.py [--total-timesteps 499712] [--seed 0]
+    python experiments/bench/bench_runners.py [--total-timesteps 499712] [--seed 0]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The versions the accelerator check runs with, as one JSON line: Python, jax, jaxlib, the jax
 plugins, flax, optax, chex, numpy, gymnax and this library, and the devices jax sees.
 
-    python experiments/accelerator_versions.py      (the `versions` step of accelerator_check.sh)
+    python experiments/checks/accelerator_versions.py  (the `versions` step of accelerator_check.sh)
 
 Imports jax and lists its devices; nothing compiles (a second or two).
 """

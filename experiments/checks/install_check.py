@@ -2,9 +2,9 @@
 then smoke-test it there: ``jaxrl-async train --help`` and a 1-update ``jra.train``, run from a
 folder that holds no source, so a file missing from the wheel fails.
 
-    python experiments/install_check.py               # deps from the index (make check-install)
-    python experiments/install_check.py --lowest      # deps at their floors (make check-floors)
-    python experiments/install_check.py --share-deps  # no downloads: this Python's deps
+    python experiments/checks/install_check.py           # deps from the index (make check-install)
+    python experiments/checks/install_check.py --lowest  # deps at their floors (make check-floors)
+    python experiments/checks/install_check.py --share-deps  # no downloads: this Python's deps
 
 ``--share-deps`` (what the test suite does, ``tests/test_packaging.py``) installs the wheel with
 ``--no-deps`` and lets the fresh environment see this environment's site-packages through a
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "README.md", "jaxrl_async")
 
 SMOKE = """

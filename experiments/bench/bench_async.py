@@ -1,7 +1,7 @@
 """Speed of the async runner on 2 devices (1 actor, 1 learner) against the blocking loop and
 against the sync runner data-parallel over the same 2 devices.
 
-    python experiments/bench_async.py [--num-envs 16 --num-steps 640 --updates 100 --rounds 5]
+    python experiments/bench/bench_async.py [--num-envs 16 --num-steps 640 --updates 100 --rounds 5]
 
 Figures (the words defined in docs/results.md), seconds per iteration, warm:
 

@@ -2,16 +2,16 @@
 # The accelerator check: on a machine with an NVIDIA GPU, install this checkout beside the jax
 # that is there, run the steps below within a budget, and print one JSON line of figures.
 #
-#     bash experiments/accelerator_check.sh [--dry-run | --list]      (make accelerator-check)
+#     bash experiments/checks/accelerator_check.sh [--dry-run | --list]      (make accelerator-check)
 #
 # Made for the GPU machines of today: Python 3.12 with a CUDA jax (0.10.x or 0.11.x) and flax,
 # optax, chex, numpy preinstalled, no network, and the missing pure-Python packages brought as
-# a folder of wheels (experiments/gpu_wheels.sh makes it on a machine with an index).
+# a folder of wheels (experiments/checks/gpu_wheels.sh makes it on a machine with an index).
 #
 # 1. No GPU visible (nvidia-smi lists none, or CUDA_VISIBLE_DEVICES hides them all): exit 3 at
 #    once with a message saying so; nothing is installed. JAXRL_ACCEL_PLATFORM=cpu skips this
 #    check and runs everything on the CPU with small sizes (how the path is tested without a
-#    GPU: experiments/accelerator_offline_check.sh).
+#    GPU: experiments/checks/accelerator_offline_check.sh).
 # 2. Where jax comes from, in this order:
 #    - preinstalled: $PYTHON's jax sees the GPU (with JAXRL_ACCEL_PLATFORM=cpu: imports). The
 #      venv ($JAXRL_ACCEL_VENV, default /tmp/jaxrl_accel_venv, made fresh) sees $PYTHON's
@@ -39,7 +39,7 @@
 set -euo pipefail
 
 SECONDS=0  # bash's clock since the script started: the budget covers all of it
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 VENV="${JAXRL_ACCEL_VENV:-/tmp/jaxrl_accel_venv}"
 WHEELS="${JAXRL_WHEELS:-$ROOT/wheels}"
@@ -65,15 +65,15 @@ say() { echo "accelerator_check: $*" >&2; }
 # step NAME SECONDS [--gpus N] COMMAND...   Run from the checkout's root with it on PYTHONPATH;
 # $PY is the venv's python, $(size GPU CPU) a size that shrinks on the CPU. Add a line to add one.
 steps() {
-    step versions 60 "$PY" experiments/accelerator_versions.py
-    step peers 210 "$PY" experiments/bench_peers.py --preset "$(size gpu cpu)" --repeats "$(size 3 1)"
+    step versions 60 "$PY" experiments/checks/accelerator_versions.py
+    step peers 210 "$PY" experiments/bench/bench_peers.py --preset "$(size gpu cpu)" --repeats "$(size 3 1)"
     step reproduce_breakout 90 sh -c '"$0" -m experiments.reproduce --suite minatar-breakout --budget "$1" --out "$2" | grep "^{" | tail -n 1' "$PY" "$(size 9994240 8192)" "$LOG/reproduce"
-    step host_envs 100 "$PY" experiments/bench_host_envs.py --cases "sleep:5:$(size 64 8)" "sleep:20:$(size 256 16)" "envpool:Pong-v5:$(size 64 8)" --budget-s "$(size 2 1)" --max-updates "$(size 30 4)" --one-line
-    step sweep 120 "$PY" experiments/bench_sweep.py --sweep-only --total-timesteps "$(size 1e5 2e4)"
-    step sync 150 "$PY" experiments/bench_sync.py --preset cartpole-large --num-envs "$(size 2048 64)" --num-steps "$(size 128 32)" --total-timesteps "$(size 2e7 2e5)" --repeats "$(size 2 1)" --baseline
-    step async_1gpu 120 env CUDA_VISIBLE_DEVICES="$FIRST_GPU" "$PY" experiments/bench_async.py --rounds "$(size 3 1)" --updates "$(size 50 5)"
-    step async_2gpu 120 --gpus 2 "$PY" experiments/bench_async.py --rounds 3 --updates 50
-    step pbt 300 "$PY" experiments/bench_pbt.py --population "$(size 64 4)" --seeds 1 --total-timesteps "$(size 100352 4096)" --ready-every "$(size 10 2)"
+    step host_envs 100 "$PY" experiments/bench/bench_host_envs.py --cases "sleep:5:$(size 64 8)" "sleep:20:$(size 256 16)" "envpool:Pong-v5:$(size 64 8)" --budget-s "$(size 2 1)" --max-updates "$(size 30 4)" --one-line
+    step sweep 120 "$PY" experiments/bench/bench_sweep.py --sweep-only --total-timesteps "$(size 1e5 2e4)"
+    step sync 150 "$PY" experiments/bench/bench_sync.py --preset cartpole-large --num-envs "$(size 2048 64)" --num-steps "$(size 128 32)" --total-timesteps "$(size 2e7 2e5)" --repeats "$(size 2 1)" --baseline
+    step async_1gpu 120 env CUDA_VISIBLE_DEVICES="$FIRST_GPU" "$PY" experiments/bench/bench_async.py --rounds "$(size 3 1)" --updates "$(size 50 5)"
+    step async_2gpu 120 --gpus 2 "$PY" experiments/bench/bench_async.py --rounds 3 --updates 50
+    step pbt 300 "$PY" experiments/bench/bench_pbt.py --population "$(size 64 4)" --seeds 1 --total-timesteps "$(size 100352 4096)" --ready-every "$(size 10 2)"
     step atari_ppo 600 sh -c '"$0" -m experiments.reproduce --suite atari --seeds 1 --budget "$1" --out "$2" | grep "^{" | tail -n 1' "$PY" "$(size "${JAXRL_ACCEL_PONG_STEPS:-9999360}" 2048)" "$LOG/reproduce_atari"
 }
 size() { if (( CPU )); then echo "$2"; else echo "$1"; fi; }

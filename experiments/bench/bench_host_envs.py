@@ -2,7 +2,7 @@
 rate alone, the learner's rate alone, a fair blocking loop and the pipeline (``jra.train`` with
 ``AsyncConfig(lag=1)``), on 2 XLA host devices (1 actor, 1 learner). One JSON line per case.
 
-    python experiments/bench_host_envs.py [--cases sleep:1:64 sleep:5:64 sleep:20:64 \\
+    python experiments/bench/bench_host_envs.py [--cases sleep:1:64 sleep:5:64 sleep:20:64 \\
         sleep:20:256 spin:2:64 envpool:Pong-v5:64] [--budget-s 5] [--max-updates 200] \\
         [--groups 0] [--workers 0] [--one-line]
 
@@ -43,7 +43,7 @@ Figures per case (SPS: env steps per second):
 
 The machine is shared and noisy: compare ratios from one run; ``load_avg`` is the 1-minute load
 at the start and the end of the case. ``--one-line`` prints one JSON line with every case instead
-(experiments/accelerator_check.sh).
+(experiments/checks/accelerator_check.sh).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A 16-config x 2-seed sweep in one compile against the same 32 runs one by one.
 
-    python experiments/bench_sweep.py [--total-timesteps 100000] [--fast-compile]
+    python experiments/bench/bench_sweep.py [--total-timesteps 100000] [--fast-compile]
 
 Grid: lr in {1e-4, 3e-4, 1e-3, 3e-3} x ent_coef in {0, 0.003, 0.01, 0.03}, PPO on CartPole-v1
 (4 envs x 128 steps). "Sweep" is ``jra.sweep`` (one program, the runs spread over one XLA

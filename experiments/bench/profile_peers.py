@@ -1,6 +1,6 @@
 """Where the time goes: ours vs rejax's PPO, rollout and update apart, one run and 32 vmapped.
 
-    python experiments/profile_peers.py [--runs 1 32] [--repeats 3]
+    python experiments/bench/profile_peers.py [--runs 1 32] [--repeats 3]
 
 For each implementation and each batch of ``runs`` (vmapped in one program, one CPU device) it
 times ``--updates`` rollouts alone (the learner state fixed), ``--updates`` learner updates

@@ -1,6 +1,6 @@
 """The learners' network on rows against on the time and env axes: PPO and IMPALA, A/B.
 
-    python experiments/bench_rows.py [--envs 32] [--steps 64] [--updates 30] [--repeats 5]
+    python experiments/bench/bench_rows.py [--envs 32] [--steps 64] [--updates 30] [--repeats 5]
 
 PPO takes each minibatch ``[T/M, B, ...]`` as rows ``[T/M * B, ...]`` (``algos.base.rows``),
 IMPALA its trajectory's forward pass through ``on_rows``; the "axes" side

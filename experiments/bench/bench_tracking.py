@@ -4,7 +4,7 @@ SPS of each, the time the host loop spends in the sink's ``on_metrics`` (a queue
 time its writer thread spends in ``wandb.log`` (while the device works: the sync runner
 dispatches chunk k+1 before it hands over chunk k).
 
-    WANDB_MODE=offline python experiments/bench_tracking.py [--repeats 3] [--log-every 10]
+    WANDB_MODE=offline python experiments/bench/bench_tracking.py [--repeats 3] [--log-every 10]
 
 Prints one JSON line.
 """

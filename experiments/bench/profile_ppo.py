@@ -1,7 +1,7 @@
 """Where PPO's compiled program spends its time on XLA:CPU, per part of the network.
 
-    python experiments/profile_ppo.py [--torso cnn --num-envs 64 --num-steps 64 --updates 2]
-    python experiments/profile_ppo.py --env CartPole-v1 --torso mlp --activation tanh \
+    python experiments/bench/profile_ppo.py [--torso cnn --num-envs 64 --num-steps 64 --updates 2]
+    python experiments/bench/profile_ppo.py --env CartPole-v1 --torso mlp --activation tanh \
         --num-envs 4 --num-steps 128 --updates 16           # cartpole-ref
 
 Compiles the sync runner's training program (Breakout-MinAtar by default), runs it once warm,

@@ -1,6 +1,6 @@
 """Compile time of one sweep program on 1 and on 2 CPU devices, in one process.
 
-    python experiments/compile_sweep.py [--repeats 2] [--total-timesteps 99840]
+    python experiments/bench/compile_sweep.py [--repeats 2] [--total-timesteps 99840]
 
 The 16-config x 2-seed PPO CartPole grid of ``bench_sweep.py``. Both programs are lowered and
 compiled (not run) alternately ``--repeats`` times, each time from scratch (JAX's caches

@@ -10,9 +10,9 @@ running environment is left as it is), three questions for this Python:
 3. if not, which of those dependencies refuses it, asked one at a time (``jax==NEWEST dep``),
    with the line of pip's report that says why (``gymnax 1.0.1 depends on jax<0.12``).
 
-    python experiments/try_newest.py                     # core dependencies
-    python experiments/try_newest.py --extras suites,wandb
-    python experiments/try_newest.py --jax 0.12.0.1      # a given version, not the newest
+    python experiments/checks/try_newest.py                     # core dependencies
+    python experiments/checks/try_newest.py --extras suites,wandb
+    python experiments/checks/try_newest.py --jax 0.12.0.1      # a given version, not the newest
 
 Prints the verdict in words on stderr and one JSON line on stdout. Exit status 0 whatever the
 verdict (a blocked jax is information, not a failure); 2 when pip itself cannot be asked.
@@ -30,7 +30,7 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PIP = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
        "--disable-pip-version-check"]
 

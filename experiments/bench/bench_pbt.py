@@ -1,8 +1,8 @@
 """PBT and successive halving against the best point of a grid and a random search, at equal
 compute, with the cost of the exploit step.
 
-    python experiments/bench_pbt.py [--task pendulum|acrobot|pqn-cartpole|...] [--population 16]
-                                    [--seeds 3] [--heldout-seeds 3]
+    python experiments/bench/bench_pbt.py [--task pendulum|acrobot|pqn-cartpole|...]
+                                          [--population 16] [--seeds 3] [--heldout-seeds 3]
 
 Each method trains ``population`` configs x ``seeds`` for the same number of updates, on one
 device, in one compiled program per method (``jra.sweep``, ``jra.random_search``, ``jra.pbt``,

@@ -2,7 +2,7 @@
 devices; the async runner's iteration time over the rollout-to-update ratio against its floor;
 compile times of the reference config.
 
-    python experiments/bench_scaling.py [--full] [--plots DIR] [--only SECTION ...]
+    python experiments/bench/bench_scaling.py [--full] [--plots DIR] [--only SECTION ...]
 
 Default grids are reduced (a few minutes on a shared 2-core machine); ``--full`` runs the whole
 grids (``num_envs`` 4..8192 in powers of 2 or 4, hidden 64..1024, R/U ~0.25..4 in 7 shapes).

@@ -51,7 +51,7 @@ SWEEP_KEYS = ("base", "grid", "random", "num_samples", "seeds", "sample_seed", "
 RANGE_KINDS = ("log", "uniform")
 
 
-PRESETS = Path(__file__).resolve().parent / "presets"
+PRESETS = Path(__file__).resolve().parents[1] / "presets"
 """The package's run files (see the module docstring)."""
 
 

@@ -481,13 +481,14 @@ def test_a_host_env_with_no_runner_named_runs_under_the_async_runner():
     assert jra.PPOConfig(env="gymnasium:CartPole-v1").runner == jra.AsyncConfig()
     assert jra.SACConfig(env="envpool:HalfCheetah-v4").runner == jra.AsyncConfig()
     assert jra.PPOConfig(env="CartPole-v1").runner == jra.SyncConfig()
-    from jaxrl_async.cli import command as cli
+    from jaxrl_async.cli.args import runner_of
+    from jaxrl_async.cli.parsers import train_parser
 
     for argv, runner in ((["--env", "gymnasium:CartPole-v1"], "async"),
                          (["--env", "gymnasium:CartPole-v1", "--runner", "sync"], "sync"),
                          (["--env", "CartPole-v1"], "sync"), ([], "sync")):
-        args = cli.train_parser("ppo").parse_args(argv)
-        assert cli.runner_of(args) == runner, argv
+        args = train_parser("ppo").parse_args(argv)
+        assert runner_of(args) == runner, argv
 
 
 # --------------------------------------------------------------------------- learning

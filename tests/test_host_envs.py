@@ -30,7 +30,7 @@ from jaxrl_async.envs.host import InlineVecEnv
 from jaxrl_async.envs.host_workers import WorkerVecEnv, default_workers, live_workers
 from jaxrl_async.envs.wrappers import EpisodeStatistics
 from jaxrl_async.run.sinks import final_return
-from jaxrl_async.runners import host_actors, host_batcher, host_trajectory, placement
+from jaxrl_async.runners import host_actors, host_batcher, host_streams, host_trajectory, placement
 from jaxrl_async.runners.common import update_keys
 from jaxrl_async.runners.rollout import EnvCarry, rollout
 from tests.conftest import async_ppo, compile_once, no_threads_left, runner_threads
@@ -120,7 +120,7 @@ def reuse_compiled():
     def key(cfg, algo, spec, where):
         fields = {k: v for k, v in to_dict(cfg).items() if k not in ("env", "runner")}
         return (json.dumps(fields, sort_keys=True), dataclasses.replace(spec, env_id=""),
-                cfg.runner.num_streams, host_actors.stream_groups(cfg, where),
+                cfg.runner.num_streams, host_streams.stream_groups(cfg, where),
                 tuple(where.actor_devices), tuple(where.learner_devices))
 
     yield from compile_once(host_actors, "compile_host_programs", key)
@@ -143,7 +143,7 @@ def test_a_host_rollout_is_the_jax_rollout_of_the_same_env(devices):
     stream, update, version = where.streams[1], 5, 7
     run_key = jax.device_put(state.key, stream.device)
 
-    env = host_actors.make_envs(cfg, where)
+    env = host_streams.make_envs(cfg, where)
     try:
         assert isinstance(env, WorkerVecEnv) and env.groups == 2
         actor = host_actors.make_batcher(cfg, env, programs, stream)
@@ -246,7 +246,7 @@ def test_a_waiting_cartpole_is_gymnax_cartpole_and_waits(devices):
     stream, update, version = where.streams[1], 2, 1
     run_key = jax.device_put(state.key, stream.device)
 
-    env = host_actors.make_envs(cfg, where)
+    env = host_streams.make_envs(cfg, where)
     try:
         unwrapped = env.envs[0].unwrapped
         actor = host_actors.make_batcher(cfg, env, programs, stream)
@@ -459,7 +459,7 @@ def test_default_groups_shorten_a_workers_share_of_a_group():
     cores = default_workers()
 
     def workers(runner: jra.AsyncConfig, per_stream: int) -> int:
-        return host_actors.stream_workers(runner, types.SimpleNamespace(
+        return host_streams.stream_workers(runner, types.SimpleNamespace(
             streams=[0], per_stream=per_stream))
 
     assert workers(jra.AsyncConfig(), 16 * cores) == cores

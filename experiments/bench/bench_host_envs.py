@@ -13,7 +13,7 @@ cases train PPO (MLP, 1 epoch, 1 minibatch: the update is cheap, the envs are th
 EnvPool Atari cases IMPALA with the Nature CNN (on a CPU the update is the slower side), EnvPool
 MuJoCo cases CleanRL's continuous PPO (``ppo_continuous_action.py``: 2048-step batches of
 ``envs x 2048 / envs`` steps, 10 epochs of 32 minibatches, observations and rewards
-normalised). Every case uses the default host path (workers by ``host_actors.stream_workers``'
+normalised). Every case uses the default host path (workers by ``host_streams.stream_workers``'
 rule: the cores, at least one per 16 env lanes; groups by ``host_batcher.groups``'; one policy
 call per group per step) unless ``--groups``/``--workers`` set them.
 
@@ -66,7 +66,7 @@ import jaxrl_async as jra  # noqa: E402
 from jaxrl_async.algos import make_algorithm  # noqa: E402
 from jaxrl_async.envs import env_spec  # noqa: E402
 from jaxrl_async.envs.host_workers import default_workers  # noqa: E402
-from jaxrl_async.runners import host_actors, placement  # noqa: E402
+from jaxrl_async.runners import host_actors, host_streams, placement  # noqa: E402
 from jaxrl_async.runners.host_trajectory import pack_numpy  # noqa: E402
 
 jra.use_compile_cache("off")  # compile times here are cold ones (docs/results.md)
@@ -139,14 +139,14 @@ class Rig:
     def __init__(self, cfg: Any):
         self.cfg = cfg
         self.where = placement.layout(cfg, jax.local_devices())
-        spec = host_actors.learning_spec(cfg)
+        spec = host_streams.learning_spec(cfg)
         self.programs = host_actors.compile_host_programs(cfg, make_algorithm(cfg, spec), spec,
                                                           self.where)
         state = self.programs.learner.init(jax.random.key(0))
         self.state = jax.device_put(state._replace(env=()), self.where.replicated)
         self.actor_device = self.where.actor_devices[0]
         self.run_key = jax.device_put(state.key, self.actor_device)
-        self.env = host_actors.make_envs(cfg, self.where)
+        self.env = host_streams.make_envs(cfg, self.where)
         self.batcher = host_actors.make_batcher(cfg, self.env, self.programs,
                                                 self.where.streams[0])
         self.batcher.reset(np.asarray(state.env))

@@ -25,7 +25,7 @@ from jaxrl_async.config.fields import check_seed
 from jaxrl_async.envs import RunningMoments, is_host_env, make_env, normalize
 from jaxrl_async.envs.host_normalize import pooled
 from jaxrl_async.run import evaluate_host
-from jaxrl_async.runners.host_actors import HostEnvState, learning_spec
+from jaxrl_async.runners.host_streams import HostEnvState, learning_spec
 from jaxrl_async.runners.rollout import env_keys, eval_policy, run_episodes
 from jaxrl_async.runners.state import RunState, TrainResult
 

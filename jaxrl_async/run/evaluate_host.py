@@ -23,7 +23,7 @@ from jaxrl_async.algos import Algorithm
 from jaxrl_async.envs import make_host_env
 from jaxrl_async.envs.host import env_action, split_host_id
 from jaxrl_async.envs.host_normalize import scale
-from jaxrl_async.runners.host_actors import env_seeds
+from jaxrl_async.runners.host_streams import env_seeds
 from jaxrl_async.runners.rollout import env_keys, eval_policy
 
 

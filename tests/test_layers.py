@@ -1,4 +1,4 @@
-"""The module layers (docs/design.md, "A picture in words"): a module imports only modules of
+"""The module layers (docs/design.md, "The layout"): a module imports only modules of
 its own layer or lower, and no two modules import each other, directly or through others.
 Imports are read with ``ast`` (inside functions too), so a lazy import cannot hide a circle."""
 

@@ -48,7 +48,7 @@ test-latest: $(STAMP_LATEST)
 # Can the newest jax (past our pin) install beside gymnax and the rest? pip's resolver in
 # --dry-run mode (nothing is installed) says; the script names what blocks it.
 try-newest: $(STAMP_LATEST)
-	$(PY_LATEST) experiments/try_newest.py $(ARGS)
+	$(PY_LATEST) experiments/checks/try_newest.py $(ARGS)
 
 train: $(STAMP)
 	$(VENV)/bin/jaxrl-async train --algo ppo --env CartPole-v1 --runner $(RUNNER) $(ARGS)
@@ -66,51 +66,51 @@ fuzz: $(STAMP)
 	JRA_FUZZ=1 $(PY) -m pytest tests/test_fuzz_configs.py -q -s -p no:cacheprovider $(ARGS)
 
 bench: $(STAMP)
-	$(PY) experiments/bench_sync.py --preset cartpole-ref --baseline
-	$(PY) experiments/bench_sync.py --preset cartpole-ref --baseline --fast-compile
-	$(PY) experiments/bench_sync.py --preset cartpole-large --baseline --repeats 1
-	$(PY) experiments/bench_async.py
-	$(PY) experiments/bench_algos.py
-	$(PY) experiments/bench_conv.py
+	$(PY) experiments/bench/bench_sync.py --preset cartpole-ref --baseline
+	$(PY) experiments/bench/bench_sync.py --preset cartpole-ref --baseline --fast-compile
+	$(PY) experiments/bench/bench_sync.py --preset cartpole-large --baseline --repeats 1
+	$(PY) experiments/bench/bench_async.py
+	$(PY) experiments/bench/bench_algos.py
+	$(PY) experiments/bench/bench_conv.py
 
 # Atari (EnvPool Pong, IMPALA, Nature CNN) on host actors: collection against EnvPool's raw rate.
 bench-atari: $(STAMP)
-	$(PY) experiments/bench_host_envs.py --cases envpool:Pong-v5:64
+	$(PY) experiments/bench/bench_host_envs.py --cases envpool:Pong-v5:64
 
 bench-sweep: $(STAMP)
-	$(PY) experiments/bench_sweep.py
+	$(PY) experiments/bench/bench_sweep.py
 
 # PBT and successive halving against a grid and a random search at equal compute (PPO on
 # Pendulum, 16 configs x 3 seeds; PQN on CartPole, 16 x 5 seeds and 5 held-out; one device;
 # minutes on a CPU), curves into docs/img.
 bench-pbt: $(STAMP)
-	$(PY) experiments/bench_pbt.py --plot docs/img/pbt_pendulum.png
-	$(PY) experiments/bench_pbt.py --task pqn-cartpole --population 16 --seeds 5 --heldout-seeds 5 \
+	$(PY) experiments/bench/bench_pbt.py --plot docs/img/pbt_pendulum.png
+	$(PY) experiments/bench/bench_pbt.py --task pqn-cartpole --population 16 --seeds 5 --heldout-seeds 5 \
 		--total-timesteps 50176 --ready-every 5 --plot docs/img/pbt_pqn_cartpole.png
 
 # Ours, rejax's PPO and the PureJaxRL-style baseline side by side in one process: a single
 # CartPole run and a 16-config x 2-seed sweep vmapped on one device (needs the bench extra).
 bench-peers: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
-	$(PY) experiments/bench_peers.py
-	$(PY) experiments/profile_peers.py
-	$(PY) experiments/compile_sweep.py
+	$(PY) experiments/bench/bench_peers.py
+	$(PY) experiments/bench/profile_peers.py
+	$(PY) experiments/bench/compile_sweep.py
 
 # Host envs at their own speed: envs that wait (sleep 1/5/20 ms, 64 and 256 envs), CPU-bound envs
 # (spin) and EnvPool Pong against their own limits. Not part of `make test`.
 bench-host-envs: $(STAMP)
-	$(PY) experiments/bench_host_envs.py
+	$(PY) experiments/bench/bench_host_envs.py
 
 # How cost grows (reduced grids, a few minutes); PNG plots into docs/img.
 bench-scaling: $(STAMP)
-	$(PY) experiments/bench_scaling.py --plots docs/img
+	$(PY) experiments/bench/bench_scaling.py --plots docs/img
 
 bench-scaling-full: $(STAMP)
-	$(PY) experiments/bench_scaling.py --full --plots docs/img
+	$(PY) experiments/bench/bench_scaling.py --full --plots docs/img
 
 # On a machine with an NVIDIA GPU: fresh venv with CUDA jax, benchmarks, one JSON line.
 accelerator-check:
-	bash experiments/accelerator_check.sh
+	bash experiments/checks/accelerator_check.sh
 
 # The container image (Containerfile; docs/scaling.md#containers). `make image` builds it with
 # podman or docker from the default base (python:3.12-slim, from a registry); a CUDA image:
@@ -124,27 +124,27 @@ image:
 	$(CONTAINER) build -f Containerfile -t $(IMAGE) $(if $(IMAGE_BASE),--build-arg BASE=$(IMAGE_BASE)) $(IMAGE_ARGS) .
 
 # Builds it on a local Debian base (no registry; podman, runc, debootstrap, as root) and runs
-# jaxrl-async train and the notebooks inside it (experiments/image_check.sh).
+# jaxrl-async train and the notebooks inside it (experiments/checks/image_check.sh).
 test-image:
-	bash experiments/image_check.sh $(ARGS)
+	bash experiments/checks/image_check.sh $(ARGS)
 
 # The GPU machine's install path here, on the CPU: a Python 3.12 "image" with jax 0.11.2, the
-# wheels from experiments/gpu_wheels.sh, pip --no-index (docs/results.md#accelerator-check).
+# wheels from experiments/checks/gpu_wheels.sh, pip --no-index (docs/results.md#accelerator-check).
 accelerator-offline-check:
-	bash experiments/accelerator_offline_check.sh $(ARGS)
+	bash experiments/checks/accelerator_offline_check.sh $(ARGS)
 
 # Training with and without the W&B sink (offline): SPS and the sink's host time.
 bench-tracking: $(STAMP)
-	$(PY) experiments/bench_tracking.py
+	$(PY) experiments/bench/bench_tracking.py
 
 # The wheel in a fresh venv outside the repository, with its dependencies from the index
 # (make test does the same with this venv's dependencies: tests/test_packaging.py).
 check-install: $(STAMP)
-	$(PY) experiments/install_check.py
+	$(PY) experiments/checks/install_check.py
 
 # The same with every dependency at its declared floor (pkg>=X installed as X).
 check-floors: $(STAMP)
-	$(PY) experiments/install_check.py --lowest
+	$(PY) experiments/checks/install_check.py --lowest
 
 # Published results side by side (docs/results.md): SUITE=classic, minatar-breakout, ...
 reproduce: $(STAMP)
@@ -152,7 +152,7 @@ reproduce: $(STAMP)
 
 # docs/cli.md is generated from the CLI's parsers and the configs (tests/test_docs.py checks it).
 docs: $(STAMP)
-	$(PY) experiments/gen_cli_docs.py
+	$(PY) experiments/checks/gen_cli_docs.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -79,15 +79,16 @@ def compile_once(module, name: str, key):
 @pytest.fixture(scope="session")
 def installed_package(tmp_path_factory):
     """The package built (sdist, then the wheel from it) and installed into a fresh venv outside
-    the repository; the venv sees this environment's dependencies (experiments/install_check.py
-    --share-deps). Returns ``(python, sdist, wheel)``. Under xdist the workers share one
-    build (the run's base folder, under a lock): the notebooks and the packaging tests land on
-    different workers, and each build costs a wheel and a venv."""
+    the repository; the venv sees this environment's dependencies
+    (experiments/checks/install_check.py --share-deps). Returns ``(python, sdist, wheel)``.
+    Under xdist the workers share one build (the run's base folder, under a lock): the
+    notebooks and the packaging tests land on different workers, and each build costs a wheel
+    and a venv."""
     import fcntl
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "experiments" / "install_check.py"
+    path = Path(__file__).resolve().parents[1] / "experiments" / "checks" / "install_check.py"
     spec = importlib.util.spec_from_file_location("install_check", path)
     install_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(install_check)

@@ -47,8 +47,8 @@ def save(source: str, run_dir: str, point: str) -> None:
     sink of a training run, dying at ``point`` of the write."""
     from orbax.checkpoint._src.path import atomicity
 
-    from jaxrl_async import checkpoint
-    from jaxrl_async.train import load_config
+    from jaxrl_async.run import checkpoint
+    from jaxrl_async.run.train import load_config
 
     cfg = load_config(source)
     state = checkpoint.restore(source, cfg, step=KILL_AT)

@@ -1,8 +1,8 @@
-"""experiments/accelerator_check.sh without a GPU: it stops at once with a message saying no GPU
-is visible, installing nothing; with a (faked) GPU, ``--dry-run`` shows where jax would come
+"""experiments/checks/accelerator_check.sh without a GPU: it stops at once with a message saying
+no GPU is visible, installing nothing; with a (faked) GPU, ``--dry-run`` shows where jax would come
 from; its steps are one ``step NAME SECONDS ...`` line each, picked by JAXRL_ACCEL_STEPS and held
 to the budget (JAXRL_ACCEL_PLATFORM=cpu with this Python as it is: a few seconds). The GPU path
-itself needs a GPU; its offline install path is experiments/accelerator_offline_check.sh
+itself needs a GPU; its offline install path is experiments/checks/accelerator_offline_check.sh
 (docs/results.md)."""
 
 import json
@@ -15,7 +15,7 @@ from pathlib import Path
 import jax
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "accelerator_check.sh"
+SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "checks" / "accelerator_check.sh"
 BASH = "/bin/bash"
 
 

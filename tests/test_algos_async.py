@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
-import jaxrl_async.config
+import jaxrl_async.config.shared
 
 REPLAY = dict(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 10, buffer_size=128,
               batch_size=16, samples_per_insert=4.0, learning_starts=64, fast_compile=True)
@@ -29,7 +29,7 @@ CONFIGS = {
 def test_lag_0_reproduces_the_sync_runner(name, learner_devices, devices):
     cfg = CONFIGS[name]
     sync = jax.jit(jra.make_train(cfg))(jax.random.key(1))
-    runner = jaxrl_async.config.AsyncConfig(lag=0, max_staleness=0,
+    runner = jaxrl_async.config.shared.AsyncConfig(lag=0, max_staleness=0,
                                             learner_devices=learner_devices)
     out = jra.train(dataclasses.replace(cfg, runner=runner), seed=1, progress=False)
     for a, b in zip(jax.tree.leaves(sync.state.learner), jax.tree.leaves(out.state.learner)):

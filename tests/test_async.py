@@ -17,10 +17,10 @@ import pytest
 
 import jaxrl_async as jra
 from jaxrl_async import runners
-from jaxrl_async.cli import config_from_args, train_parser
+from jaxrl_async.cli.command import config_from_args, train_parser
+from jaxrl_async.run.sinks import final_return
 from jaxrl_async.runners import actor_learner, placement
 from jaxrl_async.runners.state import Callbacks
-from jaxrl_async.sinks import final_return
 from tests.conftest import async_ppo, compile_once, no_threads_left, runner_threads
 
 SMALL = dict(env="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=2, update_epochs=2,

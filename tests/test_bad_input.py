@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
-from jaxrl_async import checkpoint, cli, sinks
-from jaxrl_async.cli import main
-from jaxrl_async.config import to_dict
+from jaxrl_async.cli import command as cli
+from jaxrl_async.cli.command import main
+from jaxrl_async.config.shared import to_dict
+from jaxrl_async.run import checkpoint, sinks
 
 
 def exit_code(argv: list[str]) -> int:
@@ -40,7 +41,7 @@ def no_training(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a bad flag value was accepted and training started")
 
-    monkeypatch.setattr(sys.modules["jaxrl_async.train"], "train", refuse)
+    monkeypatch.setattr(sys.modules["jaxrl_async.run.train"], "train", refuse)
 
 
 def bad_values(cls: type) -> list[tuple[str, str]]:

@@ -1,4 +1,4 @@
-"""The step shim through which experiments/bench_peers.py runs rejax on gymnax 1.x: the legacy
+"""The step shim through which experiments/bench/bench_peers.py runs rejax on gymnax 1.x: the legacy
 five-value step (done = terminated or truncated), each env's latest episode return, and a deep
 copy that is the shim itself (rejax deep-copies its config). Seconds; rejax is not needed."""
 
@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "bench"))
 
 from bench_peers import LegacyStep  # noqa: E402
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
-from jaxrl_async import checkpoint
+from jaxrl_async.run import checkpoint
 from jaxrl_async.runners import pipeline
 from jaxrl_async.runners.state import Callbacks
 

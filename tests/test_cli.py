@@ -8,8 +8,8 @@ import json
 import pytest
 
 import jaxrl_async as jra
-from jaxrl_async import checkpoint
-from jaxrl_async.cli import config_from_args, main, train_parser
+from jaxrl_async.cli.command import config_from_args, main, train_parser
+from jaxrl_async.run import checkpoint
 
 
 def test_help_documents_every_field(capsys):

@@ -1,4 +1,4 @@
-"""The persistent compilation cache (``jaxrl_async.compile_cache``): a second process reads the
+"""The persistent compilation cache (``jaxrl_async.run.compile_cache``): a second process reads the
 programs the first compiled, a changed config or library version compiles anew, ``off``
 writes nothing, a user's own ``JAX_COMPILATION_CACHE_DIR`` is left alone. Each case runs in
 fresh processes (jax opens its cache once per process) with ``XDG_CACHE_HOME`` in a temporary
@@ -22,11 +22,12 @@ WORKER = """
 import json, sys
 import jax
 import jaxrl_async as jra
-from jaxrl_async.sweep import count_compiles
+import jaxrl_async.version
+from jaxrl_async.search.sweep import count_compiles
 events = []
 jax.monitoring.register_event_listener(lambda e, **k: events.append(e))
 if sys.argv[2]:
-    jra.__version__ = sys.argv[2]  # as if another release of the library were installed
+    jaxrl_async.version.__version__ = sys.argv[2]  # as if another release
 out = []
 for change in json.loads(sys.argv[1]):
     events.clear()
@@ -103,7 +104,7 @@ def test_a_users_jax_cache_folder_is_left_as_it_is(tmp_path):
 
 
 def test_bad_folder_value_is_a_clear_error():
-    from jaxrl_async.compile_cache import resolve
+    from jaxrl_async.run.compile_cache import resolve
 
     with pytest.raises(ValueError, match="JAXRL_ASYNC_COMPILE_CACHE"):
         resolve("  ")

@@ -6,7 +6,7 @@ import jax
 import pytest
 
 import jaxrl_async as jra
-from jaxrl_async.config import hyper_fields, static_fields
+from jaxrl_async.config.shared import hyper_fields, static_fields
 
 
 @pytest.mark.parametrize(

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 
 import jaxrl_async as jra
-from jaxrl_async.cli import main
-from jaxrl_async.config import to_dict
+from jaxrl_async.cli.command import main
+from jaxrl_async.config.shared import to_dict
 
 REPO = Path(__file__).resolve().parents[1]
 # the modules (the package's attributes of these names are the functions)
-train_module, sweep_module = sys.modules["jaxrl_async.train"], sys.modules["jaxrl_async.sweep"]
+train_module = sys.modules["jaxrl_async.run.train"]
+sweep_module = sys.modules["jaxrl_async.search.sweep"]
 RUN_YAML = """
 algo: ppo
 env: CartPole-v1

@@ -122,11 +122,11 @@ def test_the_ignore_files_keep_venv_runs_and_caches_out_of_the_context():
 
 
 def test_image_check_is_an_executable_valid_script_behind_make_test_image():
-    script = ROOT / "experiments" / "image_check.sh"
+    script = ROOT / "experiments" / "checks" / "image_check.sh"
     assert os.access(script, os.X_OK)
     subprocess.run(["bash", "-n", str(script)], check=True)
     makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^test-image:\n\tbash experiments/image_check\.sh", makefile, re.M)
+    assert re.search(r"^test-image:\n\tbash experiments/checks/image_check\.sh", makefile, re.M)
     assert "make test-image" in (ROOT / ".ci" / "run").read_text()
 
 
@@ -136,6 +136,6 @@ def test_the_cuda_base_named_in_the_docs_is_the_one_everywhere():
     pattern = re.compile(r"BASE=(nvidia/cuda:[\w.-]+)")
     named = {path: set(pattern.findall((ROOT / path).read_text()))
              for path in ("Containerfile", "Makefile", "docs/scaling.md",
-                          "experiments/accelerator_check.sh")}
+                          "experiments/checks/accelerator_check.sh")}
     assert set.union(*named.values()) == {"nvidia/cuda:12.8.1-base-ubuntu24.04"}, named
     assert all(named.values()), named

@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_async import conv as conv_module
-from jaxrl_async.conv import Conv
 from jaxrl_async.networks import ActorCritic, NatureCNN, init_params, orthogonal
+from jaxrl_async.networks import conv as conv_module
+from jaxrl_async.networks.conv import Conv
 
 # (input [..., H, W, C], features, kernel, stride): the MinAtar conv; the Nature-DQN's 8x8/4
 # (on a smaller image that leaves rows and columns over, to keep the test fast) and 4x4/2, both

@@ -11,7 +11,7 @@ import pytest
 import jaxrl_async as jra
 from jaxrl_async import runners
 from jaxrl_async.algos import replay as replay_buffer
-from jaxrl_async.evaluate import obs_moments
+from jaxrl_async.run.evaluate import obs_moments
 
 UPDATES, ENVS, STEPS = 24, 4, 8
 GAMMA, N = 0.9, 3

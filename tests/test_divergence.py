@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
-from jaxrl_async import checkpoint
 from jaxrl_async.algos.base import LearnerState, PerEnv, make_optimizer
-from jaxrl_async.cli import main
+from jaxrl_async.cli.command import main
+from jaxrl_async.run import checkpoint
 from jaxrl_async.runners import divergence
 
 # A tiny PPO whose learning rate is absurd: its loss overflows at update 2 (update 1 is finite).

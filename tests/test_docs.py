@@ -3,7 +3,7 @@
 - every relative link in README.md and docs/*.md resolves to a file or folder of the repository;
 - no tracked text file names a path outside the repository (a sibling folder, a design document
   that is not committed here, an absolute path of some machine);
-- docs/cli.md is what ``experiments/gen_cli_docs.py`` generates from the configs today.
+- docs/cli.md is what ``experiments/checks/gen_cli_docs.py`` generates from the configs today.
 
 Fast: reads files and imports the CLI's parsers; nothing compiles.
 """
@@ -89,11 +89,11 @@ def test_no_path_outside_the_repository():
 
 
 def test_cli_reference_is_current():
-    spec = importlib.util.spec_from_file_location("gen_cli_docs",
-                                                  ROOT / "experiments" / "gen_cli_docs.py")
+    script = ROOT / "experiments" / "checks" / "gen_cli_docs.py"
+    spec = importlib.util.spec_from_file_location("gen_cli_docs", script)
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     committed = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     assert committed == gen.render(), (
         "docs/cli.md is out of date with the configs: run `make docs` "
-        "(python experiments/gen_cli_docs.py)")
+        "(python experiments/checks/gen_cli_docs.py)")

@@ -9,8 +9,8 @@ import pytest
 
 import jaxrl_async as jra
 from jaxrl_async.envs import env_spec
+from jaxrl_async.run.sinks import window_returns
 from jaxrl_async.runners.sync import train_with_config
-from jaxrl_async.sinks import window_returns
 
 # The DQNConfig defaults: 8 envs x 8 steps per update, 8 gradient steps of 128 per update
 # (samples_per_insert 16), 3-step double-Q targets, Polyak target (tau 0.02), LayerNorm.
@@ -121,7 +121,7 @@ def test_bad_values_name_the_field(kwargs, field, match):
 
 def test_registered_and_in_the_cli():
     from jaxrl_async.algos import REGISTRY
-    from jaxrl_async.cli import train_parser
+    from jaxrl_async.cli.command import train_parser
 
     assert REGISTRY["dqn"][0] is jra.DQNConfig
     assert env_spec(CARTPOLE.env).discrete

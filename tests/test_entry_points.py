@@ -13,7 +13,7 @@ import pytest
 
 import jaxrl_async as jra
 from jaxrl_async import envs
-from jaxrl_async.cli import main
+from jaxrl_async.cli.command import main
 
 TINY = ["--num-envs", "2", "--num-steps", "8", "--total-timesteps", "32", "--hidden-sizes",
         "16", "--fast-compile", "--no-progress", "--eval-episodes", "2"]

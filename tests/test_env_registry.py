@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
-from jaxrl_async import checkpoint
 from jaxrl_async.envs import AutoReset, discrete_spec, make_env
+from jaxrl_async.run import checkpoint
 from tests.test_checkpoint import Crash, leaves
 
 REPO = Path(__file__).resolve().parents[1]

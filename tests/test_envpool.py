@@ -15,10 +15,10 @@ envpool = pytest.importorskip("envpool")
 
 import jaxrl_async as jra  # noqa: E402
 from jaxrl_async.algos import make_algorithm  # noqa: E402
-from jaxrl_async.config import to_dict  # noqa: E402
+from jaxrl_async.config.shared import to_dict  # noqa: E402
 from jaxrl_async.envs import env_spec  # noqa: E402
 from jaxrl_async.envs.host_envpool import EnvPoolVecEnv  # noqa: E402
-from jaxrl_async.runners import host_actors, placement  # noqa: E402
+from jaxrl_async.runners import host_actors, host_streams, placement  # noqa: E402
 from tests.conftest import compile_once, runner_threads  # noqa: E402
 
 FRAMES = (4, 84, 84)
@@ -39,7 +39,7 @@ def reuse_compiled():
         fields = {k: v for k, v in to_dict(cfg).items() if k not in ("env", "runner")}
         return (json.dumps(fields, sort_keys=True), dataclasses.replace(spec, env_id=""),
                 spec.num_actions, cfg.runner.num_streams,
-                host_actors.stream_groups(cfg, where), tuple(where.actor_devices),
+                host_streams.stream_groups(cfg, where), tuple(where.actor_devices),
                 tuple(where.learner_devices))
 
     yield from compile_once(host_actors, "compile_host_programs", key)

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
+from jaxrl_async.run.train import summary
 from jaxrl_async.runners import run, sync
 from jaxrl_async.runners.common import eval_key
 from jaxrl_async.runners.state import Callbacks
-from jaxrl_async.train import summary
 
 # 5 updates, evaluated after updates 2, 4 and 5 (the last); normalised observations and sampled
 # actions, so the frozen statistics and the keys of each evaluation both matter.

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
-from jaxrl_async import checkpoint
+from jaxrl_async.run import checkpoint
 from tests.fault_worker import KILL_AT, KILL_POINTS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jaxrl_async.algos import REGISTRY
-from jaxrl_async.config import AsyncConfig, SyncConfig
+from jaxrl_async.config.shared import AsyncConfig, SyncConfig
+from jaxrl_async.run.train import make_train
 from jaxrl_async.runners import actor_learner
-from jaxrl_async.train import make_train
 
 settings.register_profile("ci", max_examples=3, derandomize=True, database=None, deadline=None,
                           suppress_health_check=list(HealthCheck))

@@ -24,15 +24,15 @@ import pytest
 import jaxrl_async as jra
 from jaxrl_async import runners
 from jaxrl_async.algos import make_algorithm
-from jaxrl_async.config import to_dict
+from jaxrl_async.config.shared import to_dict
 from jaxrl_async.envs import EnvSpec, VecEnv, env_spec, make_env, make_host_env
 from jaxrl_async.envs.host import InlineVecEnv
 from jaxrl_async.envs.host_workers import WorkerVecEnv, default_workers, live_workers
 from jaxrl_async.envs.wrappers import EpisodeStatistics
-from jaxrl_async.rollout import EnvCarry, rollout
-from jaxrl_async.runners import host_actors, host_batcher, host_trajectory, placement
+from jaxrl_async.run.sinks import final_return
+from jaxrl_async.runners import host_actors, host_batcher, host_streams, host_trajectory, placement
 from jaxrl_async.runners.common import update_keys
-from jaxrl_async.sinks import final_return
+from jaxrl_async.runners.rollout import EnvCarry, rollout
 from tests.conftest import async_ppo, compile_once, no_threads_left, runner_threads
 
 COUNTER = "jaxrl-test/Counter-v0"
@@ -120,7 +120,7 @@ def reuse_compiled():
     def key(cfg, algo, spec, where):
         fields = {k: v for k, v in to_dict(cfg).items() if k not in ("env", "runner")}
         return (json.dumps(fields, sort_keys=True), dataclasses.replace(spec, env_id=""),
-                cfg.runner.num_streams, host_actors.stream_groups(cfg, where),
+                cfg.runner.num_streams, host_streams.stream_groups(cfg, where),
                 tuple(where.actor_devices), tuple(where.learner_devices))
 
     yield from compile_once(host_actors, "compile_host_programs", key)
@@ -143,7 +143,7 @@ def test_a_host_rollout_is_the_jax_rollout_of_the_same_env(devices):
     stream, update, version = where.streams[1], 5, 7
     run_key = jax.device_put(state.key, stream.device)
 
-    env = host_actors.make_envs(cfg, where)
+    env = host_streams.make_envs(cfg, where)
     try:
         assert isinstance(env, WorkerVecEnv) and env.groups == 2
         actor = host_actors.make_batcher(cfg, env, programs, stream)
@@ -223,8 +223,8 @@ class JaxCartPoleFromStarts(VecEnv):
 
 @pytest.mark.timeout(300)
 def test_a_waiting_cartpole_is_gymnax_cartpole_and_waits(devices):
-    # The latency-bound env of experiments/bench_host_envs.py: its host rollout (stream 1 of 2,
-    # lag 1) is the JAX rollout of gymnax's CartPole-v1 from the same starts, episode ends
+    # The latency-bound env of experiments/bench/bench_host_envs.py: its host rollout (stream 1
+    # of 2, lag 1) is the JAX rollout of gymnax's CartPole-v1 from the same starts, episode ends
     # included, in the same trajectory format; and each step of each env waits latency_ms.
     from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
@@ -246,7 +246,7 @@ def test_a_waiting_cartpole_is_gymnax_cartpole_and_waits(devices):
     stream, update, version = where.streams[1], 2, 1
     run_key = jax.device_put(state.key, stream.device)
 
-    env = host_actors.make_envs(cfg, where)
+    env = host_streams.make_envs(cfg, where)
     try:
         unwrapped = env.envs[0].unwrapped
         actor = host_actors.make_batcher(cfg, env, programs, stream)
@@ -459,7 +459,7 @@ def test_default_groups_shorten_a_workers_share_of_a_group():
     cores = default_workers()
 
     def workers(runner: jra.AsyncConfig, per_stream: int) -> int:
-        return host_actors.stream_workers(runner, types.SimpleNamespace(
+        return host_streams.stream_workers(runner, types.SimpleNamespace(
             streams=[0], per_stream=per_stream))
 
     assert workers(jra.AsyncConfig(), 16 * cores) == cores
@@ -481,13 +481,14 @@ def test_a_host_env_with_no_runner_named_runs_under_the_async_runner():
     assert jra.PPOConfig(env="gymnasium:CartPole-v1").runner == jra.AsyncConfig()
     assert jra.SACConfig(env="envpool:HalfCheetah-v4").runner == jra.AsyncConfig()
     assert jra.PPOConfig(env="CartPole-v1").runner == jra.SyncConfig()
-    from jaxrl_async import cli
+    from jaxrl_async.cli.args import runner_of
+    from jaxrl_async.cli.parsers import train_parser
 
     for argv, runner in ((["--env", "gymnasium:CartPole-v1"], "async"),
                          (["--env", "gymnasium:CartPole-v1", "--runner", "sync"], "sync"),
                          (["--env", "CartPole-v1"], "sync"), ([], "sync")):
-        args = cli.train_parser("ppo").parse_args(argv)
-        assert cli.runner_of(args) == runner, argv
+        args = train_parser("ppo").parse_args(argv)
+        assert runner_of(args) == runner, argv
 
 
 # --------------------------------------------------------------------------- learning

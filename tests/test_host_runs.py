@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
-from jaxrl_async import checkpoint
 from jaxrl_async.envs.host_workers import live_workers
-from jaxrl_async.runners.host_actors import HostEnvState
+from jaxrl_async.run import checkpoint
+from jaxrl_async.runners.host_streams import HostEnvState
 
 REPO = Path(__file__).resolve().parents[1]
 ALIGNED = "jaxrl-test/Aligned-v0"

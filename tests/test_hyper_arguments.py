@@ -14,7 +14,7 @@ import numpy as np
 
 import jaxrl_async as jra
 from jaxrl_async.runners import sync
-from jaxrl_async.sweep import count_compiles
+from jaxrl_async.search.sweep import count_compiles
 
 CFG = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=8, total_timesteps=160,
                     num_minibatches=2, update_epochs=2, hidden_sizes=(16,), log_every=3)

@@ -11,7 +11,7 @@ import jaxrl_async as jra
 from jaxrl_async.algos import ppo, recurrent_ppo
 from jaxrl_async.envs import make_env
 from jaxrl_async.networks import RecurrentActorCritic, actor_critic_for
-from jaxrl_async.sinks import final_return
+from jaxrl_async.run.sinks import final_return
 from tests.test_returns import gae_numpy  # the plain-loop reference, independent of returns.gae
 
 SMALL = jra.PPOConfig(env="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=2,

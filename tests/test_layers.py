@@ -1,4 +1,4 @@
-"""The module layers (docs/design.md, "A picture in words"): a module imports only modules of
+"""The module layers (docs/design.md, "The layout"): a module imports only modules of
 its own layer or lower, and no two modules import each other, directly or through others.
 Imports are read with ``ast`` (inside functions too), so a lazy import cannot hide a circle."""
 
@@ -10,26 +10,34 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "jaxrl_async"
 
 # Bottom to top; a module belongs to the first entry that is its name or a package above it.
+# The packages are the floors of docs/design.md's "The layout"; inside ``run`` and ``search``
+# the modules stand on floors of their own.
 LAYERS = [
-    ["jaxrl_async.envs", "jaxrl_async.distributed"],
-    ["jaxrl_async.conv", "jaxrl_async.networks"],
-    ["jaxrl_async.config_fields", "jaxrl_async.config"],
+    ["jaxrl_async.version", "jaxrl_async.envs"],
+    ["jaxrl_async.networks"],
+    ["jaxrl_async.config"],
     ["jaxrl_async.algos"],
-    ["jaxrl_async.rollout"],
     ["jaxrl_async.runners"],
-    ["jaxrl_async.evaluate", "jaxrl_async.evaluate_host", "jaxrl_async.checkpoint",
-     "jaxrl_async.sinks", "jaxrl_async.config_files", "jaxrl_async.tracking",
-     "jaxrl_async.compile_cache"],
-    ["jaxrl_async.train"],
-    ["jaxrl_async.sweep_result", "jaxrl_async.held_out"],
-    ["jaxrl_async.sweep"],
-    ["jaxrl_async.population", "jaxrl_async.exploit", "jaxrl_async.population_result"],
-    ["jaxrl_async.population_checkpoint"],
-    ["jaxrl_async.pbt"],
-    ["jaxrl_async.optuna_study", "jaxrl_async.optuna_search"],
-    ["jaxrl_async.cli", "jaxrl_async.cli_parsers", "jaxrl_async.cli_options",
-     "jaxrl_async.cli_sweep", "jaxrl_async.cli_population"],
+    # run: one training run and what it leaves behind
+    ["jaxrl_async.run.distributed", "jaxrl_async.run.compile_cache",
+     "jaxrl_async.run.evaluate_host", "jaxrl_async.run.sinks"],
+    ["jaxrl_async.run.evaluate", "jaxrl_async.run.checkpoint", "jaxrl_async.run.config_files",
+     "jaxrl_async.run.tracking"],
+    ["jaxrl_async.run.train", "jaxrl_async.run"],
+    # search: many runs
+    ["jaxrl_async.search.sweep_result", "jaxrl_async.search.held_out"],
+    ["jaxrl_async.search.sweep"],
+    ["jaxrl_async.search.population", "jaxrl_async.search.exploit",
+     "jaxrl_async.search.population_result"],
+    ["jaxrl_async.search.population_checkpoint"],
+    ["jaxrl_async.search.pbt", "jaxrl_async.search.optuna_study",
+     "jaxrl_async.search.optuna_search", "jaxrl_async.search"],
+    # the command, above the public face (``jaxrl_async``) it may import
+    ["jaxrl_async.cli"],
 ]
+
+# Which package may import which: each imports only those below it (and itself).
+PACKAGES = ["envs", "networks", "config", "algos", "runners", "run", "search", "cli"]
 
 
 def module_name(path: Path) -> str:
@@ -103,3 +111,28 @@ def test_no_module_is_loaded_by_a_string():
     offenders = [name for name, path in modules().items()
                  if "import_module(" in path.read_text() and name != "jaxrl_async.envs.host"]
     assert not offenders, f"importlib.import_module where an import would do: {offenders}"
+
+
+def package_of(name: str) -> str:
+    return name.split(".")[1] if name.count(".") else ""
+
+
+def test_packages_import_only_packages_below_them():
+    found = modules()
+    wrong = []
+    for name, path in found.items():
+        mine = package_of(name)
+        if mine not in PACKAGES:  # the public face and version.py
+            continue
+        for other in imports(name, path, set(found)):
+            theirs = package_of(other)
+            if theirs in PACKAGES and PACKAGES.index(theirs) > PACKAGES.index(mine):
+                wrong.append(f"{name} ({mine}) imports {other} ({theirs})")
+            if other == "jaxrl_async" and mine != "cli":
+                wrong.append(f"{name} imports the public face jaxrl_async")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_sits_loose_beside_the_packages():
+    loose = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert loose == ["__init__.py", "version.py"], loose

@@ -9,9 +9,9 @@ import pytest
 
 import jaxrl_async as jra
 from jaxrl_async.algos import dqn, make_algorithm
-from jaxrl_async.rollout import EpisodeSums, episode_metrics
-from jaxrl_async.sinks import final_return
-from jaxrl_async.sweep import SweepResult
+from jaxrl_async.run.sinks import final_return
+from jaxrl_async.runners.rollout import EpisodeSums, episode_metrics
+from jaxrl_async.search.sweep import SweepResult
 
 # 12 updates; episodes end in updates 0 (two: 10 + 30), 5 (one: 50) and 11 (one: 70)
 COUNTS = np.array([2, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1], np.float32)

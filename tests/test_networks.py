@@ -8,15 +8,8 @@ import numpy as np
 import pytest
 
 from jaxrl_async.algos.base import on_rows
-from jaxrl_async.networks import (
-    ActorCritic,
-    Categorical,
-    DiagGaussian,
-    QNetwork,
-    _orthonormal_columns,
-    init_params,
-    orthogonal,
-)
+from jaxrl_async.networks import ActorCritic, Categorical, DiagGaussian, QNetwork
+from jaxrl_async.networks.initializers import _orthonormal_columns, init_params, orthogonal
 
 
 def test_gram_schmidt_equals_lapack_qr():

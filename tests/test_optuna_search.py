@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
-from jaxrl_async.sweep import count_compiles
+from jaxrl_async.search.sweep import count_compiles
 
 optuna = pytest.importorskip("optuna")
 ROOT = Path(__file__).resolve().parents[1]

@@ -46,7 +46,7 @@ def test_dependency_floors_are_the_ones_checked():
     """The floors ``make check-floors`` installs are parsed from pyproject.toml; gymnax's is
     1.0.1 (0.0.9's step returns five values, the env wrappers unpack six; 1.0.0 needs jax<0.7)."""
     spec = __import__("importlib.util").util.spec_from_file_location(
-        "install_check", REPO / "experiments" / "install_check.py")
+        "install_check", REPO / "experiments" / "checks" / "install_check.py")
     module = __import__("importlib.util").util.module_from_spec(spec)
     spec.loader.exec_module(module)
     pins = module.lowest_versions()

@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
-from jaxrl_async import exploit
-from jaxrl_async.population import Space
 from jaxrl_async.runners.common import compiler_options
-from jaxrl_async.sweep import _stack, count_compiles
+from jaxrl_async.search import exploit
+from jaxrl_async.search.population import Space
+from jaxrl_async.search.sweep import _stack, count_compiles
 
 TINY = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=8, num_minibatches=1,
                      update_epochs=1, hidden_sizes=(16,), total_timesteps=4 * 8 * 8,
                      log_every=4, fast_compile=True)  # 8 updates; ~40% less compile
-pbt = importlib.import_module("jaxrl_async.pbt")  # jra.pbt is the function
+pbt = importlib.import_module("jaxrl_async.search.pbt")  # jra.pbt is the function
 SPACE = {"lr": jra.LogUniform(1e-4, 1e-2), "ent_coef": [0.0, 0.01, 0.05], "gamma":
          jra.Uniform(0.9, 0.999)}
 N, SEEDS = 4, (0, 3)
@@ -227,7 +227,7 @@ def test_successive_halving_keeps_the_top_at_each_rung(tmp_path):
 
 
 def test_checkpoint_and_resume_equals_the_uninterrupted_run(pbt_run, tmp_path, monkeypatch):
-    from jaxrl_async import population_checkpoint as ckpt
+    from jaxrl_async.search import population_checkpoint as ckpt
 
     save, calls = ckpt.save, []
 
@@ -299,7 +299,7 @@ def test_command_line_with_tracking_and_resume(pbt_run, tmp_path, monkeypatch, c
     population directory, the population logged offline as one tracker run, ``--resume``."""
     import json
 
-    from jaxrl_async.cli import main
+    from jaxrl_async.cli.command import main
 
     base = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--num-minibatches",
             "1", "--update-epochs", "1", "--hidden-sizes", "16", "--total-timesteps", "256",

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
-from jaxrl_async.sinks import final_return, window_returns
+from jaxrl_async.run.sinks import final_return, window_returns
 
 # PureJaxRL's reference CartPole-v1 settings (the PPOConfig defaults).
 CARTPOLE = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=128, total_timesteps=500_000,

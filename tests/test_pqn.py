@@ -8,7 +8,7 @@ import pytest
 import jaxrl_async as jra
 from jaxrl_async.algos import base
 from jaxrl_async.algos.returns import q_lambda_returns
-from jaxrl_async.sinks import window_returns
+from jaxrl_async.run.sinks import window_returns
 
 # The PQNConfig defaults (close to Gallici et al.'s CartPole settings): 32 envs x 64 steps, 4
 # epochs of 16 minibatches, lambda 0.95, 256x256 LayerNorm MLP, learning rate annealed to 0.

@@ -11,7 +11,7 @@ import pytest
 import jaxrl_async as jra
 from jaxrl_async.envs import make_env
 from jaxrl_async.networks import RecurrentActorCritic
-from jaxrl_async.sinks import window_returns
+from jaxrl_async.run.sinks import window_returns
 
 # bsuite MemoryChain (gymnax, memory_length 5): the first observation shows a context bit; six
 # steps later the action must repeat it: +1 if right, -1 if wrong. Nothing in the later

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
-import jaxrl_async.config
+import jaxrl_async.config.shared
 from jaxrl_async.algos import replay as replay_buffer
 from jaxrl_async.algos.base import PerEnv, Trajectory, with_env_axis
 from jaxrl_async.algos.returns import n_step_return
@@ -186,7 +186,7 @@ def test_samples_per_insert_holds_under_the_async_runner():
     # run's own update count and the gradient steps DQN counted.
     cfg = jra.DQNConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 20, buffer_size=128,
                         batch_size=16, samples_per_insert=4.0, learning_starts=64,
-                        runner=jaxrl_async.config.AsyncConfig(deterministic=False, lag=0,
+                        runner=jaxrl_async.config.shared.AsyncConfig(deterministic=False, lag=0,
                                                               max_staleness=0))
     out = jra.train(cfg, seed=0, progress=False)
     replay = out.state.learner.replay.value

@@ -6,7 +6,7 @@ import numpy as np
 
 from jaxrl_async.algos.base import Algorithm, memoryless
 from jaxrl_async.envs import make_env
-from jaxrl_async.rollout import reset, rollout, step_keys
+from jaxrl_async.runners.rollout import reset, rollout, step_keys
 
 
 def counting_algorithm(recurrent: bool) -> Algorithm:

@@ -9,7 +9,7 @@ import pytest
 
 import jaxrl_async as jra
 from jaxrl_async.networks import TanhGaussian
-from jaxrl_async.sinks import window_returns
+from jaxrl_async.run.sinks import window_returns
 
 # The SACConfig defaults: 4 envs x 8 steps per update, 32 gradient steps of 128 per update
 # (samples_per_insert 128: one gradient step per env step), 64x64 networks.

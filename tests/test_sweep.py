@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
-from jaxrl_async.cli import main
-from jaxrl_async.sweep import count_compiles, grid_points, sample_points, vmap_runs
+from jaxrl_async.cli.command import main
+from jaxrl_async.search.sweep import count_compiles, grid_points, sample_points, vmap_runs
 
 TINY = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
                      update_epochs=2, total_timesteps=4 * 16 * 5, log_every=2, eval_every=2,
                      eval_episodes=2)  # evaluated inside the one compiled sweep too
-sweep_module = importlib.import_module("jaxrl_async.sweep")  # jra.sweep is the function
+sweep_module = importlib.import_module("jaxrl_async.search.sweep")  # jra.sweep is the function
 GRID = {"lr": [1e-3, 3e-4, 1e-4], "ent_coef": [0.0, 0.05]}
 SEEDS = 3  # 6 configs x 3 seeds = 18 runs: padded to 20 on 4 devices
 

@@ -11,7 +11,7 @@ import pytest
 
 import jaxrl_async as jra
 from jaxrl_async.cli import main
-from jaxrl_async.sweep import count_compiles
+from jaxrl_async.search.sweep import count_compiles
 
 TINY = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
                      total_timesteps=4 * 16 * 12, log_every=4)

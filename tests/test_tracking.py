@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import jaxrl_async as jra
-from jaxrl_async import checkpoint
-from jaxrl_async.cli import main
+from jaxrl_async.cli.command import main
+from jaxrl_async.run import checkpoint
 from jaxrl_async.runners.state import Callbacks
 from tests.wandb_offline import tracker_runs
 

@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
-from jaxrl_async import checkpoint, config_files
 from jaxrl_async.algos import REGISTRY
-from jaxrl_async.cli import main
+from jaxrl_async.cli.command import main
+from jaxrl_async.run import checkpoint, config_files
 from jaxrl_async.runners import sync
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ def test_sweep_where_no_episode_ended_names_no_winner(tmp_path, monkeypatch, cap
                        "episode ended in the run .*time limit of 500 steps"):
         result.best()
 
-    sweep_module = importlib.import_module("jaxrl_async.sweep")  # jra.sweep is the function
+    sweep_module = importlib.import_module("jaxrl_async.search.sweep")  # jra.sweep is the function
     monkeypatch.setattr(sweep_module, "sweep", lambda *a, **k: result)  # the same sweep again
     out = tmp_path / "sweep"
     with warnings.catch_warnings(record=True) as caught:
@@ -211,7 +211,7 @@ def test_a_budget_of_part_of_an_update_warns_naming_what_is_trained():
 # --------------------------------------------------------------------------- eval
 def test_eval_gif_without_the_render_extra_fails_first_and_writes_nothing(
         cli_run, tmp_path, monkeypatch, capsys):
-    evaluate = importlib.import_module("jaxrl_async.evaluate")
+    evaluate = importlib.import_module("jaxrl_async.run.evaluate")
     run = cli_run[0]
     monkeypatch.setitem(sys.modules, "pygame", None)  # as without the render extra
 
@@ -294,15 +294,15 @@ def pendulum_sweep():
 
 @pytest.fixture
 def fake_sweep(monkeypatch):
-    """``jaxrl_async.sweep.sweep`` replaced by one returning ``pendulum_sweep()``; the calls it
-    got are recorded."""
+    """``jaxrl_async.search.sweep.sweep`` replaced by one returning ``pendulum_sweep()``; the
+    calls it got are recorded."""
     calls, result = [], pendulum_sweep()
 
     def swept(cfg, grid, seeds, **kwargs):
         calls.append((cfg, grid, seeds))
         return result
 
-    monkeypatch.setattr(importlib.import_module("jaxrl_async.sweep"), "sweep", swept)
+    monkeypatch.setattr(importlib.import_module("jaxrl_async.search.sweep"), "sweep", swept)
     return calls, result
 
 
@@ -325,7 +325,7 @@ def test_a_sweep_scores_runs_by_a_window_that_can_hold_an_episode(fake_sweep, tm
                  "final_eval_return"]) == 2  # without --eval-every: nothing to rank by
     assert "--rank-by final_eval_return: the runs are evaluated only with --eval-every" in \
         capsys.readouterr().err
-    from jaxrl_async.sinks import final_window  # 200 steps / 8 per update; 500 / 8; 2 updates
+    from jaxrl_async.run.sinks import final_window  # 200 steps / 8 per update; 500 / 8; 2 updates
 
     assert result.final_window == 25
     assert [final_window(c) for c in (jra.PPOConfig(), jra.DQNConfig(), tiny_ppo())] == [10, 63, 2]
@@ -353,7 +353,7 @@ def test_a_sweep_directory_round_trips(fake_sweep, tmp_path, monkeypatch, capsys
     def train(cfg, **kwargs):
         raise Trained(cfg)
 
-    monkeypatch.setattr(importlib.import_module("jaxrl_async.train"), "train", train)
+    monkeypatch.setattr(importlib.import_module("jaxrl_async.run.train"), "train", train)
     with pytest.raises(Trained) as trained:
         main(["train", "--config", str(out / "best.json"), "--no-progress"])
     assert trained.value.args[0] == result.configs[2]
@@ -397,14 +397,14 @@ def test_one_final_evaluation_everywhere(cli_run):
     assert (evaluation["update"], evaluation["in_training"], evaluation["num_episodes"]) == \
         (2, True, 2)
     shown = re.search(r"return (\S+) ±", line).group(1)
-    from jaxrl_async.sinks import format_return
+    from jaxrl_async.run.sinks import format_return
 
     assert shown == format_return(summary["final_eval_return"]) == \
         format_return(evaluation["mean_return"])
 
 
 def test_every_json_file_is_strict_json(cli_run, tmp_path):
-    from jaxrl_async import sinks
+    from jaxrl_async.run import sinks
 
     run = cli_run[0]
     assert strict_json((run / "summary.json").read_text())["final_return"] is None  # none ended
@@ -422,7 +422,7 @@ def test_every_json_file_is_strict_json(cli_run, tmp_path):
 
 
 def test_wandb_files_go_to_wandb_dir_when_the_user_set_it(fake_sweep, tmp_path, monkeypatch):
-    from jaxrl_async.tracking import log_sweep
+    from jaxrl_async.run.tracking import log_sweep
 
     inits = []
 
@@ -470,7 +470,7 @@ def test_eval_gif_is_quiet_on_a_headless_machine(cli_run, tmp_path, monkeypatch,
 
 
 def test_the_sweep_progress_bar_shows_the_best_return_so_far():
-    from jaxrl_async.sweep import _Progress
+    from jaxrl_async.search.sweep import _Progress
 
     class Bar:
         n, postfix = 0, ""
@@ -503,7 +503,7 @@ def test_the_summary_header_names_the_algorithm_and_no_return_reads_minus_zero(
     def train(cfg, **kwargs):
         return TrainResult(state=types.SimpleNamespace(update=2), metrics=metrics, timing={})
 
-    monkeypatch.setattr(importlib.import_module("jaxrl_async.train"), "train", train)
+    monkeypatch.setattr(importlib.import_module("jaxrl_async.run.train"), "train", train)
     assert main(["train", "--algo", "recurrent_ppo", "--env", "CartPole-v1", "--num-envs", "2",
                  "--num-steps", "4", "--bptt-length", "4", "--num-minibatches", "1",
                  "--total-timesteps", "16", "--eval-episodes", "0", "--no-progress",
@@ -511,7 +511,7 @@ def test_the_summary_header_names_the_algorithm_and_no_return_reads_minus_zero(
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == "Recurrent PPO on CartPole-v1 (sync runner), 16 steps"
     assert lines[2] == "  final return (episodes ended in the last 2 updates): 0.0"
-    from jaxrl_async.sinks import format_return
+    from jaxrl_async.run.sinks import format_return
 
     assert [REGISTRY[n][0]().title for n in REGISTRY] == [
         "PPO", "IMPALA", "DQN", "PQN", "SAC", "Recurrent PPO"]
@@ -568,11 +568,11 @@ def test_a_sweep_rerun_from_its_config_file_uses_the_same_devices(tmp_path):
                  "total_timesteps": 8, "num_minibatches": 1, "update_epochs": 1},
         "grid": {"lr": [3e-4, 1e-3]}, "seeds": 1}))
     probe = ("import importlib, sys, jax\n"
-             "s = importlib.import_module('jaxrl_async.sweep')\n"
+             "s = importlib.import_module('jaxrl_async.search.sweep')\n"
              "def run_points(*a, **k):\n"
              "    print('DEVICES', jax.local_device_count()); sys.exit(0)\n"
              "s.run_points = run_points\n"
-             "from jaxrl_async.cli import main\n"
+             "from jaxrl_async.cli.command import main\n"
              "main(sys.argv[1:])\n")
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["JAX_PLATFORMS"] = "cpu"

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
-from jaxrl_async import cli_options, config_files, sinks
-from jaxrl_async.cli import main
-from jaxrl_async.config import to_dict
-from jaxrl_async.population_result import shortest
+from jaxrl_async.cli import options as cli_options
+from jaxrl_async.cli.command import main
+from jaxrl_async.config.shared import to_dict
+from jaxrl_async.run import config_files, sinks
+from jaxrl_async.search.population_result import shortest
 
 TINY = ["--env", "CartPole-v1", "--num-envs", "2", "--num-steps", "4", "--num-minibatches",
         "1", "--update-epochs", "1", "--hidden-sizes", "8", "--no-progress", "--fast-compile"]

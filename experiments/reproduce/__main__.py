@@ -26,7 +26,7 @@ from pathlib import Path
 
 import jax
 
-from jaxrl_async.sweep import use_cpu_cores
+from jaxrl_async.search.sweep import use_cpu_cores
 
 use_cpu_cores()  # before anything runs: one XLA device per core, the seeds spread over them
 
@@ -35,10 +35,10 @@ import numpy as np  # noqa: E402
 import jaxrl_async as jra  # noqa: E402
 from experiments.reproduce.suites import SUITES, Row  # noqa: E402
 from jaxrl_async.algos import from_dict  # noqa: E402
-from jaxrl_async.config_files import PRESETS  # noqa: E402
 from jaxrl_async.envs import is_host_env  # noqa: E402
-from jaxrl_async.sinks import to_json, window_returns  # noqa: E402
-from jaxrl_async.sweep import run_points  # noqa: E402
+from jaxrl_async.run.config_files import PRESETS  # noqa: E402
+from jaxrl_async.run.sinks import to_json, window_returns  # noqa: E402
+from jaxrl_async.search.sweep import run_points  # noqa: E402
 
 CONFIGS = PRESETS / "published"
 TRAIN_CURVES = ("episode_return", "episode_return_sum", "episodes")

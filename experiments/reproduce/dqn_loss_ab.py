@@ -12,15 +12,15 @@ import dataclasses
 import json
 import sys
 
-from jaxrl_async.sweep import use_cpu_cores
+from jaxrl_async.search.sweep import use_cpu_cores
 
 use_cpu_cores()  # before anything runs: one XLA device per core
 
 import numpy as np  # noqa: E402
 
 from experiments.reproduce.__main__ import TRAIN_CURVES, load  # noqa: E402
-from jaxrl_async.sinks import window_returns  # noqa: E402
-from jaxrl_async.sweep import run_points  # noqa: E402
+from jaxrl_async.run.sinks import window_returns  # noqa: E402
+from jaxrl_async.search.sweep import run_points  # noqa: E402
 
 
 def main(losses: list[str]) -> None:

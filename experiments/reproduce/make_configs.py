@@ -7,7 +7,7 @@ from pathlib import Path
 
 import jaxrl_async as jra
 from experiments.reproduce.suites import RLZOO_PPO_PENDULUM, rlzoo_ppo_fields
-from jaxrl_async.config import to_dict
+from jaxrl_async.config.shared import to_dict
 
 out = Path("jaxrl_async/presets/published")
 EVAL = dict(eval_episodes=10, eval_greedy=True, fast_compile=True)
@@ -97,7 +97,7 @@ for task in ("HalfCheetah", "Hopper", "Walker2d"):
 # lr 2.5e-4 annealed, 4 minibatches x 4 epochs, clip 0.1 (value clipped too), entropy 0.01,
 # value 0.5, grad norm 0.5, the Nature CNN; its episodic_life and reward_clip change nothing
 # in Pong (no lives, rewards +-1), so EnvPool's defaults are its envs. For a GPU machine
-# (experiments/accelerator_check.sh, step atari_ppo): on a 2-core CPU the CNN is hours.
+# (experiments/checks/accelerator_check.sh, step atari_ppo): on a 2-core CPU the CNN is hours.
 configs["cleanrl_ppo_pong_envpool"] = jra.PPOConfig(
     env="envpool:Pong-v5", torso="nature", total_timesteps=9_999_360, num_envs=8, num_steps=128,
     num_minibatches=4, update_epochs=4, lr=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95,

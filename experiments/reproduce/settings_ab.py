@@ -19,7 +19,7 @@ import dataclasses
 import json
 import time
 
-from jaxrl_async.sweep import use_cpu_cores
+from jaxrl_async.search.sweep import use_cpu_cores
 
 use_cpu_cores()  # before anything runs: one XLA device per core, the seeds spread over them
 
@@ -27,8 +27,8 @@ import numpy as np  # noqa: E402
 
 from experiments.reproduce.__main__ import TRAIN_CURVES, load, run_host_seeds  # noqa: E402
 from jaxrl_async.envs import is_host_env  # noqa: E402
-from jaxrl_async.sinks import window_returns  # noqa: E402
-from jaxrl_async.sweep import run_points  # noqa: E402
+from jaxrl_async.run.sinks import window_returns  # noqa: E402
+from jaxrl_async.search.sweep import run_points  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from jaxrl_async.algos import dqn, impala, ppo, pqn, recurrent_ppo, sac
 from jaxrl_async.algos.base import Algorithm, LearnerState, Trajectory
-from jaxrl_async.config import AsyncConfig, SyncConfig
+from jaxrl_async.config.shared import AsyncConfig, SyncConfig
 
 REGISTRY = {
     "ppo": (ppo.PPOConfig, ppo.make_algorithm),

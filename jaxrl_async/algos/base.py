@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
-from jaxrl_async.networks import EpsilonGreedy
+from jaxrl_async.networks.heads import EpsilonGreedy
 
 
 class Trajectory(NamedTuple):

@@ -35,7 +35,7 @@ from jaxrl_async.algos.replay import (
     insert_then_train,
 )
 from jaxrl_async.algos.replay import init as init_replay
-from jaxrl_async.config import (
+from jaxrl_async.config.shared import (
     EpsilonGreedyFields,
     OptimizerFields,
     TrainConfig,
@@ -49,7 +49,8 @@ from jaxrl_async.config import (
     static,
 )
 from jaxrl_async.envs import EnvSpec
-from jaxrl_async.networks import init_params, q_network_for
+from jaxrl_async.networks.heads import q_network_for
+from jaxrl_async.networks.initializers import init_params
 
 
 @config

@@ -25,7 +25,7 @@ from jaxrl_async.algos.base import (
     standardize,
 )
 from jaxrl_async.algos.returns import vtrace
-from jaxrl_async.config import (
+from jaxrl_async.config.shared import (
     OptimizerFields,
     TrainConfig,
     boolean,
@@ -39,7 +39,8 @@ from jaxrl_async.config import (
     static,
 )
 from jaxrl_async.envs import EnvSpec
-from jaxrl_async.networks import actor_critic_for, init_params
+from jaxrl_async.networks.heads import actor_critic_for
+from jaxrl_async.networks.initializers import init_params
 
 
 @config

@@ -23,7 +23,7 @@ from jaxrl_async.algos.base import (
     minibatch_epochs,
 )
 from jaxrl_async.algos.returns import q_lambda_returns
-from jaxrl_async.config import (
+from jaxrl_async.config.shared import (
     EpsilonGreedyFields,
     OptimizerFields,
     TrainConfig,
@@ -37,7 +37,8 @@ from jaxrl_async.config import (
     static,
 )
 from jaxrl_async.envs import EnvSpec
-from jaxrl_async.networks import init_params, q_network_for
+from jaxrl_async.networks.heads import q_network_for
+from jaxrl_async.networks.initializers import init_params
 
 
 @config

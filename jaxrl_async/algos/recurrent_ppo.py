@@ -27,9 +27,10 @@ from jaxrl_async.algos.base import (
 )
 from jaxrl_async.algos.ppo import PPOConfig, clipped_loss, ppo_optimizer
 from jaxrl_async.algos.returns import gae
-from jaxrl_async.config import config, fail, positive_int, static
+from jaxrl_async.config.shared import config, fail, positive_int, static
 from jaxrl_async.envs import EnvSpec
-from jaxrl_async.networks import RecurrentActorCritic, init_params
+from jaxrl_async.networks.heads import RecurrentActorCritic
+from jaxrl_async.networks.initializers import init_params
 
 
 @config

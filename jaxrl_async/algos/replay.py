@@ -4,7 +4,7 @@ The buffer lives in the learner state (wrapped in ``PerEnv``), so under both run
 inserts its trajectory and then takes a fixed number of sampled gradient steps: the
 samples-per-insert ratio is set by the config and cannot drift with actor or learner speed.
 
-Ours rather than flashbax's trajectory buffer (``experiments/bench_replay.py`` compares them;
+Ours rather than flashbax's trajectory buffer (``experiments/bench/bench_replay.py`` compares them;
 the figures are in docs/results.md):
 
 - less work per call: insert is one ``dynamic_update_slice`` per leaf (the per-env capacity is a
@@ -33,7 +33,7 @@ from jax import lax
 
 from jaxrl_async.algos.base import Trajectory
 from jaxrl_async.algos.returns import n_step_return
-from jaxrl_async.config import TrainConfig, config, fail, positive, positive_int, static
+from jaxrl_async.config.shared import TrainConfig, config, fail, positive, positive_int, static
 
 
 class Replay(NamedTuple):

@@ -30,7 +30,7 @@ from jaxrl_async.algos.replay import (
     insert_then_train,
 )
 from jaxrl_async.algos.replay import init as init_replay
-from jaxrl_async.config import (
+from jaxrl_async.config.shared import (
     TrainConfig,
     boolean,
     config,
@@ -41,7 +41,8 @@ from jaxrl_async.config import (
     static,
 )
 from jaxrl_async.envs import EnvSpec
-from jaxrl_async.networks import SquashedGaussianActor, TanhGaussian, TwinQ, init_params
+from jaxrl_async.networks.heads import SquashedGaussianActor, TanhGaussian, TwinQ
+from jaxrl_async.networks.initializers import init_params
 
 
 @config

@@ -1,6 +1,6 @@
 """Host envs whose step takes a fixed time: gymnasium's CartPole-v1 that first waits or computes
 for ``latency_ms`` milliseconds in every ``step``. They stand for the envs an asynchronous
-pipeline is meant for, and are what ``experiments/bench_host_envs.py`` measures it on.
+pipeline is meant for, and are what ``experiments/bench/bench_host_envs.py`` measures it on.
 
 - ``mode="sleep"``: the step waits with ``time.sleep``, which releases the GIL, as a simulator
   in another process, a robot or a remote service does while the actor waits for its answer.

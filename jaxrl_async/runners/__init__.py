@@ -15,7 +15,7 @@ from typing import Any
 import jax
 
 from jaxrl_async.envs import is_host_env
-from jaxrl_async.runners import actor_learner, host_actors, sync
+from jaxrl_async.runners import actor_learner, host_actors, host_programs, sync
 from jaxrl_async.runners.common import build, init_state
 from jaxrl_async.runners.state import Callbacks, RunState, TrainResult
 
@@ -39,7 +39,7 @@ def abstract_state(cfg: Any) -> RunState:
     continues from (what a checkpoint must hold)."""
     if cfg.runner.name == "async":
         if is_host_env(cfg.env):
-            return host_actors.abstract_state(cfg)
+            return host_programs.abstract_state(cfg)
         return actor_learner.abstract_state(cfg)
     env, algo = build(cfg)
     env_id = jax.numpy.arange(cfg.num_envs, dtype=jax.numpy.int32)

@@ -35,7 +35,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_async.rollout import EnvCarry
 from jaxrl_async.runners.common import (
     build,
     init_state,
@@ -66,6 +65,7 @@ from jaxrl_async.runners.placement import (
     to_learner,
 )
 from jaxrl_async.runners.programs import Programs, acting_params, compile_programs
+from jaxrl_async.runners.rollout import EnvCarry
 from jaxrl_async.runners.state import (
     Callbacks,
     RunState,

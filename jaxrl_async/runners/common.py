@@ -16,7 +16,7 @@ from jax.sharding import Mesh
 from jaxrl_async.algos import Algorithm, Trajectory, make_algorithm
 from jaxrl_async.algos.base import is_per_env, with_env_axis
 from jaxrl_async.envs import VecEnv, make_env, merge_moments, normalize, obs_sums, set_moments
-from jaxrl_async.rollout import (
+from jaxrl_async.runners.rollout import (
     EnvCarry,
     EpisodeSums,
     episode_metrics,

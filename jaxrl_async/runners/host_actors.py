@@ -15,9 +15,10 @@ A host env's data goes one way, one module per role:
    the same learner program, schedule (tickets, lock-step or free-running), params hand-over
    and failure handling.
 
-This module compiles the programs, makes each stream's envs and runs one thread per stream
-(``actors_per_device`` per actor device, each with ``num_envs / streams`` envs, global env ids
-``s * per_stream ...``).
+Before them, ``host_streams.py`` sizes each stream's envs (workers, groups, seeds,
+normalisation) and ``host_programs.py`` compiles the programs from shapes. This module makes
+each stream's envs and batcher and runs one thread per stream (``actors_per_device`` per actor
+device, each with ``num_envs / streams`` envs, global env ids ``s * per_stream ...``).
 
 - **Acting.** The act keys are those the JAX rollout draws at step ``t`` of update ``u`` for
   each env, so a host env and a JAX env with the same observations act alike; the packed params
@@ -36,27 +37,28 @@ This module compiles the programs, makes each stream's envs and runs one thread 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.sharding import SingleDeviceSharding
 
-from jaxrl_async.algos import Algorithm, Trajectory, make_algorithm
-from jaxrl_async.algos.base import has_memory
-from jaxrl_async.envs import EnvSpec, HostVecEnv, host_env_spec, make_host_env
+from jaxrl_async.algos import make_algorithm
+from jaxrl_async.envs import HostVecEnv
 from jaxrl_async.envs import host_normalize as normalization
-from jaxrl_async.envs.host import source_obs_dtype, split_host_id
-from jaxrl_async.envs.host_workers import default_workers
-from jaxrl_async.rollout import EpisodeSums, env_keys
+from jaxrl_async.envs.host import source_obs_dtype
 from jaxrl_async.runners.actor_learner import Setup, drive
-from jaxrl_async.runners.common import init_state
-from jaxrl_async.runners.host_batcher import Batcher, act_keys, groups, policy_step
+from jaxrl_async.runners.host_batcher import Batcher
+from jaxrl_async.runners.host_programs import HostPrograms, compile_host_programs
+from jaxrl_async.runners.host_streams import (
+    HostEnvState,
+    fresh_normalizer,
+    learning_spec,
+    make_envs,
+    resume_seeds,
+)
 from jaxrl_async.runners.host_trajectory import hand_over
 from jaxrl_async.runners.pipeline import Pipeline, RoleStats, chunk_ends, schedule
 from jaxrl_async.runners.placement import (
@@ -67,146 +69,8 @@ from jaxrl_async.runners.placement import (
     learner_state_spec,
     place_tree,
     put_global,
-    shapes_on,
 )
-from jaxrl_async.runners.programs import Programs, acting_params, compile_with_learner
 from jaxrl_async.runners.state import Callbacks, RunState, TrainingInterrupted, TrainResult
-
-
-class HostPrograms(NamedTuple):
-    """The compiled programs of a host-env run.
-
-    - ``keys[d](run_key, update, env_id) -> [T, B, 2] uint32``: on actor device ``d``, the act
-      keys (raw key data) of every step of rollout ``update`` of the envs ``env_id [B]``;
-    - ``policy[d](params, obs, key_data) -> acted``: one step, ``params`` packed,
-      ``obs [B, ...]``, ``key_data [B, 2]``; ``acted`` the packed ``(action, extras)`` (laid out
-      by ``acted``), one vector so that one transfer brings it to the host;
-    - ``learner``: the async runner's programs (learner, pack_params, init with
-      ``RunState.env`` = the env seeds);
-    - ``piece``: the packing of one learner device's share of a stream's rollout.
-    """
-
-    keys: list[Callable]
-    policy: list[Callable]
-    learner: Programs
-    acted: Packing
-    piece: Packing
-
-
-class HostEnvState(NamedTuple):
-    """``RunState.env`` of a host-env run (see the module docstring), leading axis num_envs."""
-
-    seeds: Any  # [num_envs] uint32: what the envs were last reset with
-    normalizer: Any = ()  # host_normalize.HostNormState of every env; () without normalisation
-
-
-_RESUME_STREAM = 0x2E5E7  # folded into the run key: a resumed run's reset seeds, apart
-
-
-def env_seeds(key: jax.Array, env_id: jax.Array) -> jax.Array:
-    """``[B] uint32`` reset seeds of the host envs ``env_id``, from the reset key."""
-    return jax.vmap(lambda k: jax.random.bits(k, (), jnp.uint32))(env_keys(key, env_id))
-
-
-def resume_seeds(run_key: jax.Array, update: int, num_envs: int) -> np.ndarray:
-    """``[num_envs] uint32``: the seeds a run resumed at ``update`` resets its envs with (fresh
-    episodes, drawn from the run key and the update on a stream of their own)."""
-    key = jax.random.fold_in(jax.random.fold_in(run_key, update), _RESUME_STREAM)
-    return np.asarray(env_seeds(key, jnp.arange(num_envs, dtype=jnp.int32)))
-
-
-def learning_spec(cfg: Any) -> EnvSpec:
-    """The spec the policy and learner see: the host env's, with float32 observations where
-    they are normalised."""
-    spec = host_env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
-    return dataclasses.replace(spec, obs_dtype=np.dtype(np.float32)) if cfg.normalize_obs else spec
-
-
-def fresh_normalizer(cfg: Any) -> Any:
-    """The normalisation state of all ``cfg.num_envs`` fresh envs (``()``: none)."""
-    spec = host_env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
-    return normalization.init_state(normalization.from_config(cfg), cfg.num_envs,
-                                    spec.obs_shape, source_obs_dtype(cfg.env))
-
-
-def abstract_state(cfg: Any) -> RunState:
-    """Shapes and dtypes of a host-env run's state (what a checkpoint holds)."""
-    algo = make_algorithm(cfg, learning_spec(cfg))
-    ids = jnp.arange(cfg.num_envs, dtype=jnp.int32)
-    state = jax.eval_shape(lambda key: init_state(None, algo, key, ids, reset_envs=env_seeds),
-                           jax.random.key(0))
-    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), fresh_normalizer(cfg))
-    state = state._replace(env=HostEnvState(state.env, shapes))
-    if not cfg.runner.deterministic:
-        return state
-    size = Packing.of(acting_params(algo, state)).size
-    return state._replace(behaviour_params=jax.ShapeDtypeStruct((size,), jnp.uint32))
-
-
-def piece_shapes(cfg: Any, spec: EnvSpec, act_out: Any, width: int) -> tuple:
-    """Shapes of one learner device's share (``width`` envs) of a stream's rollout:
-    ``(Trajectory, EpisodeSums)``, as the JAX-env actors produce it. ``act_out``: the shapes of
-    ``policy_step``'s output for one env."""
-    def steps(shape: tuple, dtype: Any) -> jax.ShapeDtypeStruct:
-        return jax.ShapeDtypeStruct((cfg.num_steps, width, *shape), dtype)
-
-    action, extras = act_out
-    obs = steps(spec.obs_shape, spec.obs_dtype)
-    traj = Trajectory(
-        obs=obs, action=steps(action.shape, action.dtype), reward=steps((), jnp.float32),
-        terminated=steps((), jnp.bool_), truncated=steps((), jnp.bool_), next_obs=obs,
-        extras=jax.tree.map(lambda x: steps(x.shape, x.dtype), extras),
-        env_id=steps((), jnp.int32), policy_version=steps((), jnp.int32), step=steps((), jnp.int32))
-    scalar = jax.ShapeDtypeStruct((), jnp.float32)
-    return traj, EpisodeSums(scalar, scalar, scalar)
-
-
-def compile_host_programs(cfg: Any, algo: Algorithm, spec: EnvSpec, where: Layout) -> HostPrograms:
-    """Compile the policy step and params unpacking for every actor device, and the learner
-    programs for the pieces host actors deliver, from shapes alone."""
-    if has_memory(algo):
-        raise ValueError(f"{type(cfg).__name__}.env: host envs support feedforward policies "
-                         "only (this algorithm's policy is recurrent)")
-    per_stream = where.per_stream
-    per_group = per_stream // stream_groups(cfg, where)
-
-    def init(key: jax.Array) -> RunState:  # RunState.env: the envs' reset seeds
-        return init_state(None, algo, key, jnp.arange(cfg.num_envs, dtype=jnp.int32),
-                          reset_envs=env_seeds)
-
-    run_state = jax.eval_shape(init, jax.random.key(0))
-    params_packing = Packing.of(acting_params(algo, run_state))  # no obs statistics
-    # The packed params are unpacked inside the policy step: one argument to hand over per call
-    # instead of one per leaf (the per-call overhead is what limits a host actor).
-    obs = jax.ShapeDtypeStruct((per_group, *spec.obs_shape), spec.obs_dtype)
-    key_data = jax.ShapeDtypeStruct((per_group, 2), jnp.uint32)
-    packed = jax.ShapeDtypeStruct((params_packing.size,), jnp.uint32)
-    acted = Packing.of(jax.eval_shape(lambda p, o, k: policy_step(algo, p, o, k),
-                                      jax.eval_shape(params_packing.unpack, packed)[0], obs,
-                                      key_data))
-
-    def policy(params, obs, key_data):
-        return acted.pack(policy_step(algo, params_packing.unpack(params)[0], obs, key_data))
-
-    def keys(run_key, update, env_id):
-        return act_keys(run_key, update, cfg.num_steps, env_id)
-
-    one_env = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
-                           jax.tree.unflatten(acted.treedef, acted.leaves))
-    width = per_stream // len(where.learner_devices)
-    piece = Packing.of(piece_shapes(cfg, spec, one_env, width))
-
-    lowered = []
-    scalar = jax.ShapeDtypeStruct((), jnp.int32)
-    for device in where.actor_devices:
-        here = SingleDeviceSharding(device)
-        ids = jax.ShapeDtypeStruct((per_stream,), jnp.int32)
-        lowered.append(jax.jit(keys).lower(*shapes_on((run_state.key, scalar, ids), here)))
-        lowered.append(jax.jit(policy).lower(*shapes_on((packed, obs, key_data), here)))
-    programs = compile_with_learner(cfg, algo, where, init, piece, lowered,
-                                    merges_obs_sums=False)
-    return HostPrograms(programs.actor[0::2], programs.actor[1::2],
-                        programs._replace(actor=[]), acted, piece)
 
 
 # --------------------------------------------------------------------------- host side
@@ -222,43 +86,6 @@ def make_batcher(cfg: Any, env: HostVecEnv, programs: HostPrograms, stream: Stre
     return Batcher(env, programs.keys[d], programs.policy[d], programs.acted, stream,
                    cfg.num_steps, normalization.from_config(cfg), normalizer,
                    learning_spec(cfg).obs_dtype)
-
-
-LANES_PER_WORKER = 16
-"""Most env lanes (threads, ``host_threads=0``: one per env) a default worker holds: a worker's
-lanes take its GIL one after another when their waits end, so beyond this many the workers
-grow (docs/results.md, "Host envs at their own speed")."""
-
-
-def stream_workers(runner: Any, where: Layout) -> int:
-    """Worker processes per stream: ``runner.host_workers``, or (0) the cores divided by the
-    streams (at least 1), more where one lane per env would put over ``LANES_PER_WORKER``
-    lanes in a worker."""
-    if runner.host_workers:
-        return runner.host_workers
-    cores = max(1, default_workers() // len(where.streams))
-    if runner.host_threads:
-        return cores
-    return max(cores, -(-where.per_stream // LANES_PER_WORKER))
-
-
-def stream_groups(cfg: Any, where: Layout) -> int:
-    """Groups per stream (``host_batcher.groups``), counting worker processes only where the
-    envs step in them (not EnvPool's pools, not inline)."""
-    in_workers = (split_host_id(cfg.env)[0] == "gymnasium"
-                  and cfg.runner.host_vectorization == "workers")
-    workers = stream_workers(cfg.runner, where) if in_workers else 0
-    return groups(cfg.runner, where.per_stream, workers)
-
-
-def make_envs(cfg: Any, where: Layout) -> HostVecEnv:
-    """One stream's host envs, split as the config says."""
-    runner, per_stream = cfg.runner, where.per_stream
-    workers = stream_workers(runner, where)
-    return make_host_env(cfg.env, per_stream, groups=stream_groups(cfg, where),
-                         vectorization=runner.host_vectorization, workers=workers,
-                         threads=runner.host_threads, flatten_obs=cfg.flatten_obs,
-                         step_timeout=runner.host_step_timeout)
 
 
 def host_actor_loop(cfg: Any, batcher: Batcher, run_key: jax.Array, first: int, where: Layout,

@@ -25,10 +25,10 @@ import numpy as np
 from jaxrl_async.algos import Algorithm, Trajectory
 from jaxrl_async.envs import HostVecEnv
 from jaxrl_async.envs.host_normalize import Normalization, normalize_reset, normalize_step
-from jaxrl_async.rollout import EpisodeSums, step_keys
 from jaxrl_async.runners.common import update_keys
 from jaxrl_async.runners.host_trajectory import TrajectoryBuilder, numpy_unpacker
 from jaxrl_async.runners.placement import Packing, Stream
+from jaxrl_async.runners.rollout import EpisodeSums, step_keys
 
 ENVS_PER_GROUP = 16
 """The default rule's threshold: 4 groups only where each group still holds this many envs."""

@@ -19,7 +19,6 @@ import numpy as np
 
 from jaxrl_async.algos import Trajectory
 from jaxrl_async.envs import HostStep
-from jaxrl_async.rollout import EpisodeSums, step_index
 from jaxrl_async.runners.pipeline import Batch, Pipeline
 from jaxrl_async.runners.placement import (
     Layout,
@@ -30,6 +29,7 @@ from jaxrl_async.runners.placement import (
     wide_dtype,
     words,
 )
+from jaxrl_async.runners.rollout import EpisodeSums, step_index
 
 ALIGN_BYTES = 64
 """Alignment of a packed vector's data: XLA:CPU takes a host buffer this aligned as it is,

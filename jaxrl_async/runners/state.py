@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from jaxrl_async.rollout import EnvCarry
+from jaxrl_async.runners.rollout import EnvCarry
 
 
 class RunState(NamedTuple):

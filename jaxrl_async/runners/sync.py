@@ -22,7 +22,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxrl_async.config import hyper_fields
+from jaxrl_async.config.shared import hyper_fields
 from jaxrl_async.envs import obs_sums
 from jaxrl_async.runners import divergence
 from jaxrl_async.runners.common import (

@@ -1,0 +1,149 @@
+"""The parts of ``jaxrl-async sweep`` (``cli.cmd_sweep``): the swept spaces from the flags, the
+sweep directory (its ``config.json`` reruns the sweep with ``sweep --config``, its ``best.json``
+trains the best config with ``train --config``) and the printed table."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from jaxrl_async.cli.parsers import _number
+
+
+def spaces(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The swept fields' values (``--grid``) or ranges (``--random``), checked against
+    ``cfg``; errors name the ``--grid``/``--random`` item they come from."""
+    from jaxrl_async.search.sweep import check_fields, check_sweepable
+
+    if bool(args.grid) == bool(args.random):
+        raise ValueError("give either --grid FIELD=V1,V2 ... or --random FIELD=log:LO:HI ...")
+    spec: dict[str, Any] = {}
+    for item in args.grid + args.random:
+        flag = f"--{'grid' if args.grid else 'random'} {item}"
+        name, _, text = item.partition("=")
+        try:  # a grid may hold static fields (a program per value); a random range may not
+            (check_fields if args.grid else check_sweepable)(cfg, [name])
+        except ValueError as e:
+            raise ValueError(f"{flag}: {e}") from None
+        if name in spec:
+            raise ValueError(f"{flag}: {name} is given twice")
+        spec[name] = _parse_values(cfg, name, text, flag) if args.grid else _parse_range(item)
+        for value in spec[name] if args.grid else ():  # each value passes the field's check
+            try:
+                dataclasses.replace(cfg, **{name: value})
+            except ValueError as e:
+                raise ValueError(f"{flag}: {e}") from None
+    return spec
+
+
+def _parse_values(cfg: Any, name: str, text: str, flag: str) -> list[Any]:
+    """``V1,V2,...``; a tuple field's values as ``64x64,128x128`` (``hidden_sizes``)."""
+    kind = type(getattr(cfg, name))
+    try:
+        if kind is tuple:
+            return [tuple(_number(int)(x) for x in v.split("x")) for v in text.split(",") if v]
+        return [_number(kind)(v) for v in text.split(",") if v]
+    except (ValueError, argparse.ArgumentTypeError) as e:
+        raise ValueError(f"{flag}: {e}") from None
+
+
+def _parse_range(text: str) -> Any:
+    from jaxrl_async.search.sweep import LogUniform, Uniform
+
+    parts = text.partition("=")[2].split(":")
+    kinds = {"log": LogUniform, "loguniform": LogUniform, "uniform": Uniform}
+    if len(parts) != 3 or parts[0] not in kinds:
+        raise ValueError(f"--random {text}: expected FIELD=log:LO:HI or FIELD=uniform:LO:HI")
+    return kinds[parts[0]](float(parts[1]), float(parts[2]))
+
+
+def _range_text(space: Any) -> str:
+    """A random-search range as a sweep file writes it: ``log:LO:HI`` or ``uniform:LO:HI``."""
+    from jaxrl_async.search.sweep import LogUniform
+
+    kind = "log" if isinstance(space, LogUniform) else "uniform"
+    return f"{kind}:{space.low!r}:{space.high!r}"
+
+
+def write_sweep(out: Path, cfg: Any, spec: dict[str, Any], result: Any,
+                args: argparse.Namespace, best: dict[str, Any] | None) -> None:
+    """Write the sweep directory: ``config.json`` (a sweep file of this sweep), ``results.csv``,
+    ``sweep.png`` and, with a ``best`` row (``result.best(args.rank_by)``), ``best.json``: a run
+    file of the best config, with where it came from under ``from_sweep``."""
+    from jaxrl_async.config.shared import to_dict
+    from jaxrl_async.run import sinks
+
+    out.mkdir(parents=True, exist_ok=True)
+    sweep_file: dict[str, Any] = {"base": to_dict(cfg)}
+    if args.grid:
+        sweep_file["grid"] = {k: list(v) for k, v in spec.items()}
+    else:
+        sweep_file.update(random={k: _range_text(v) for k, v in spec.items()},
+                          num_samples=len(result.configs), sample_seed=args.sample_seed)
+    sinks.write_json(out / "config.json", {**sweep_file, "seeds": len(result.seeds),
+                                           "rank_by": args.rank_by})
+    result.to_csv(out / "results.csv")
+    result.plot(path=out / "sweep.png")
+    if best is not None:
+        scores = {k: v for k, v in best.items() if k not in ("cfg", "config", *result.fields)}
+        sinks.write_json(out / "best.json", {**to_dict(best["cfg"]), "from_sweep": {
+            "sweep": str(out), "config": best["config"], "rank_by": args.rank_by,
+            "seeds": list(result.seeds), **scores}})
+
+
+def report(out: Path, cfg: Any, result: Any, rank_by: str, best: dict | str) -> None:
+    """Print the table (the best first, by ``rank_by``), the window used and the winner
+    (``best``: its row, or why there is none)."""
+    import math
+
+    from jaxrl_async.run.sinks import format_return
+    from jaxrl_async.search.sweep_result import label
+
+    t, window = result.timing, result.final_window
+    groups = t.get("groups", 1)
+    compiles = "one compile" if groups == 1 else f"{groups} static groups, a compile each"
+    print(f"\n{len(result.configs)} configs x {len(result.seeds)} seeds = {t['runs']} runs on "
+          f"{t['devices']} device(s), {compiles}: {t['compile_s']:.1f} s, train "
+          f"{t['train_s']:.1f} s, {t['sps']:,.0f} SPS in all")
+    print(f"  final return: the mean return of the episodes that ended in each run's last "
+          f"{window} updates ({window * cfg.num_steps:,} steps per env); ranked by {rank_by}")
+
+    def cell(name: str, label: str, row: dict) -> str:
+        if not math.isfinite(row[name]):
+            return f"  {label} none" + (" (no episode ended)" if name != "final_eval_return"
+                                        else "")
+        return f"  {label} {format_return(row[name])} ± {format_return(row[name + '_std'])}"
+
+    columns = [("final_return", "final return"), ("auc", "auc"),
+               ("final_eval_return", "final eval")]
+    shown = [c for c in columns if c[0] in ("final_return", rank_by)
+             or (c[0] == "final_eval_return" and "eval_return" in result.curves)]
+    tables = {name: result.summary(name) for name, _ in shown}
+    order = sorted(range(len(result.configs)),
+                   key=lambda c: -_finite(tables[rank_by][c][rank_by]))
+    for c in order[:10]:
+        values = "  ".join(f"{k}={label(result.points[c][k])}" for k in result.fields)
+        print(f"  {values}" + "".join(cell(name, label, tables[name][c])
+                                      for name, label in shown))
+    if isinstance(best, str):
+        print(f"  no best config: {best}")
+    else:
+        values = ", ".join(f"{k}={label(best[k])}" for k in result.fields)
+        label = dict(columns)[rank_by]
+        print(f"  best: {values} ({label} {format_return(best[rank_by])}); train it with: "
+              f"jaxrl-async train --config {out / 'best.json'}")
+    print(f"  results: {out / 'results.csv'}, plot: {out / 'sweep.png'}; rerun the sweep with: "
+          f"jaxrl-async sweep --config {out / 'config.json'}")
+
+
+def tracked_spaces(spec: dict[str, Any], result: Any, args: argparse.Namespace) -> dict:
+    """The swept spaces as the tracker run's config shows them (``sweep`` key)."""
+    return {"grid" if args.grid else "random": {
+        k: (list(v) if args.grid else {"kind": type(v).__name__, "low": v.low, "high": v.high})
+        for k, v in spec.items()}, "seeds": list(result.seeds), "sample_seed": args.sample_seed}
+
+
+def _finite(x: float) -> float:
+    return x if x == x else float("-inf")

@@ -1,0 +1,171 @@
+"""The Optuna side of ``jra.optuna_search``: the space as Optuna's distributions, the study in
+Optuna's own storage (memory, an RDB URL, a journal file), and the heartbeat of running trials.
+Optuna is an optional extra (``pip install "jaxrl_async[optuna]"``), imported when used."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from jaxrl_async.config.shared import hyper_fields, static_fields
+from jaxrl_async.search.sweep import LogUniform, Uniform
+
+SAMPLERS = ("tpe", "cmaes", "random", "qmc")
+
+
+def require_optuna() -> Any:
+    try:
+        import optuna
+    except ImportError:
+        raise ImportError('jra.optuna_search needs Optuna: pip install "jaxrl_async[optuna]" '
+                          '(or pip install optuna)') from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial otherwise
+    # the heartbeat's stale-trial check is "experimental" in Optuna's terms: not said per batch
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning,
+                            module="jaxrl_async")
+    return optuna
+
+
+# --------------------------------------------------------------------------- the space
+def distributions(cfg: Any, space: Mapping[str, Any]) -> tuple[dict, dict]:
+    """``space`` (field -> ``jra.LogUniform``/``jra.Uniform``/a list of choices, or an Optuna
+    distribution) as Optuna distributions, and for each field the decoding of a sampled value
+    (a static field's choices are sampled by their index: tuples are no Optuna choices).
+    ``ValueError`` naming a field the config lacks or a bound outside the field's range."""
+    require_optuna()
+    from optuna.distributions import (
+        BaseDistribution,
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    if not isinstance(space, Mapping) or not space:
+        raise ValueError(f"space must be a non-empty dict of field -> jra.LogUniform(lo, hi), "
+                         f"jra.Uniform(lo, hi), a list of choices or an Optuna distribution, "
+                         f"got {space!r}")
+    known = (*hyper_fields(cfg), *static_fields(cfg))
+    dists, decode = {}, {}
+    for name, spec in space.items():
+        if name not in known:
+            raise ValueError(f"{type(cfg).__name__} has no field {name!r}; fields: "
+                             f"{', '.join(known)}")
+        integer = isinstance(getattr(cfg, name), (int, np.integer)) and not isinstance(
+            getattr(cfg, name), bool)
+        if isinstance(spec, (Uniform, LogUniform)):
+            log = isinstance(spec, LogUniform)
+            if not spec.low < spec.high or (log and spec.low <= 0):
+                raise ValueError(f"space[{name!r}] needs {'0 < ' if log else ''}low < high, "
+                                 f"got {spec}")
+            kind = IntDistribution if integer else FloatDistribution
+            dist = kind(int(spec.low) if integer else spec.low,
+                        int(spec.high) if integer else spec.high, log=log)
+            ends, decode[name] = [dist.low, dist.high], None
+        elif isinstance(spec, BaseDistribution):
+            dist = spec
+            ends = (list(spec.choices) if isinstance(spec, CategoricalDistribution)
+                    else [spec.low, spec.high])
+            decode[name] = None
+        elif isinstance(spec, Sequence) and not isinstance(spec, (str, bytes)) and spec:
+            dist, ends = CategoricalDistribution(list(range(len(spec)))), list(spec)
+            decode[name] = list(spec)
+        else:
+            raise ValueError(f"space[{name!r}] must be jra.LogUniform(lo, hi), "
+                             f"jra.Uniform(lo, hi), a non-empty list of choices or an Optuna "
+                             f"distribution, got {spec!r}")
+        for value in ends:  # the field's own check, before anything compiles
+            try:
+                dataclasses.replace(cfg, **{name: value})
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"space[{name!r}]: {value!r} is outside "
+                                 f"{type(cfg).__name__}.{name}'s valid range: {e}") from None
+        dists[name] = dist
+    return dists, decode
+
+
+def point_of(trial: Any, decode: dict) -> dict[str, Any]:
+    """The config fields of an asked trial."""
+    return {k: (v if decode.get(k) is None else decode[k][v]) for k, v in trial.params.items()}
+
+
+# --------------------------------------------------------------------------- the study
+def make_sampler(name: str | Any, seed: int) -> Any:
+    optuna = require_optuna()
+    if not isinstance(name, str):
+        return name  # an Optuna sampler object
+    if name == "tpe":  # the running trials of a batch are "lied" about, so they spread out
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "qmc":
+        return optuna.samplers.QMCSampler(seed=seed)
+    raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)} or an Optuna sampler, "
+                     f"got {name!r}")
+
+
+def open_study(storage: str | None, study_name: str | None, sampler: Any, pruner: Any,
+               seed: int, heartbeat_s: int, grace_s: int) -> Any:
+    """Optuna's study in ``storage`` (created, or loaded when it exists): maximising."""
+    optuna = require_optuna()
+    if isinstance(storage, str) and storage.startswith("journal:"):
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        storage = JournalStorage(JournalFileBackend(storage.removeprefix("journal:")))
+    elif isinstance(storage, str):
+        storage = optuna.storages.RDBStorage(
+            storage, heartbeat_interval=heartbeat_s, grace_period=grace_s,
+            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(3))
+    return optuna.create_study(storage=storage, study_name=study_name,
+                               sampler=make_sampler(sampler, seed),
+                               pruner=pruner or optuna.pruners.NopPruner(),  # not Optuna's median
+                               direction="maximize", load_if_exists=study_name is not None)
+
+
+def finished(study: Any) -> int:
+    """The study's finished trials: complete, pruned, or trained to the end without an episode
+    ending (failed with ``no_episode``; a killed worker's failed trial is asked again)."""
+    from optuna.trial import TrialState
+
+    done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    return sum(t.state != TrialState.FAIL or t.user_attrs.get("no_episode", False)
+               for t in study.get_trials(deepcopy=False, states=done))
+
+
+class Heartbeat:
+    """Records Optuna's heartbeat of the running trials every ``interval`` seconds, in a thread
+    (what ``study.optimize`` does for its one trial), where the storage keeps heartbeats."""
+
+    def __init__(self, study: Any, interval: float):
+        from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
+
+        storage = study._storage  # Optuna's own study.optimize reads it so
+        self.storage = storage if isinstance(storage, BaseHeartbeat) and \
+            is_heartbeat_enabled(storage) else None
+        self.interval, self.ids, self.stop = interval, [], threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+        if self.storage is not None:
+            self.thread.start()
+
+    def watch(self, trials: Sequence[Any]) -> None:
+        self.ids = [t._trial_id for t in trials]
+        self._record()
+
+    def _record(self) -> None:
+        for trial_id in list(self.ids) if self.storage is not None else ():
+            self.storage.record_heartbeat(trial_id)
+
+    def _beat(self) -> None:
+        while not self.stop.wait(self.interval):
+            self._record()
+
+    def close(self) -> None:
+        self.stop.set()

@@ -1,5 +1,5 @@
 # The two commands: `make train` and `make test`. Both build .venv from pyproject.toml first
-# (with the test, envpool and suites extras: the EnvPool/Atari and env-suite tests run in `make test`).
+# (with the test, wandb, optuna, envpool and suites extras: the EnvPool/Atari and env-suite tests run in `make test`).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -18,7 +18,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,wandb,envpool,suites]"
+	$(PY) -m pip install --quiet -e ".[test,wandb,optuna,envpool,suites]"
 	touch $(STAMP)
 
 # The second test environment: Python 3.12 or 3.13 (found by .ci/find_python: pyenv's
@@ -35,7 +35,7 @@ $(STAMP_LATEST): pyproject.toml
 		$$python -m venv $(VENV_LATEST); }
 	$(PY_LATEST) -m pip install --quiet --upgrade pip
 	$(PY_LATEST) -m pip install --quiet --upgrade --upgrade-strategy eager \
-		-e ".[test,wandb,envpool,suites]"
+		-e ".[test,wandb,optuna,envpool,suites]"
 	$(PY_LATEST) -c 'import sys, jax; print("$(VENV_LATEST): Python", sys.version.split()[0], "jax", jax.__version__)'
 	touch $(STAMP_LATEST)
 

@@ -193,3 +193,29 @@ def test_bad_input_is_named_before_anything_compiles(monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna", None)
     with pytest.raises(ImportError, match=r'pip install "jaxrl_async\[optuna\]"'):
         jra.optuna_search(TINY, space, trials=2)
+
+
+def test_the_tune_command_writes_a_directory_resumes_it_and_its_best_trains(tmp_path, capsys):
+    from jaxrl_async.cli import main
+
+    out = tmp_path / "tune"
+    small = ["--num-envs", "4", "--num-steps", "16", "--total-timesteps", "1920"]
+    code = main(["tune", *small, "--space", "lr=log:1e-4:1e-2", "--space",
+                 "hidden_sizes=16,32x32", "--trials", "4", "--batch", "4", "--sampler",
+                 "random", "--test-seeds", "1", "--out", str(out), "--no-progress"])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert {p.name for p in out.iterdir()} >= {"base.json", "tune.json", "study.db",
+                                                "trials.csv", "best.json", "tune.png",
+                                                "test.json"}
+    assert "held out:" in text and f"--resume {out}" in text
+    assert main(["tune", "--resume", str(out), "--trials", "8", "--no-progress"]) == 0
+    assert "the study holds 8 trials" in capsys.readouterr().out
+    study = optuna.load_study(study_name="tune", storage=f"sqlite:///{out / 'study.db'}")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 8
+    assert main(["train", "--config", str(out / "best.json"), "--total-timesteps", "640",
+                 "--run-dir", str(tmp_path / "best"), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["tune", "--space", "hidden_size=16", "--no-progress"]) == 2
+    assert "--space hidden_size=16: PPOConfig has no field 'hidden_size'" in \
+        capsys.readouterr().err

@@ -102,17 +102,19 @@ def make_venv(path: Path, wheel: Path, mode: str) -> Path:
         floors = path / "floors.txt"
         floors.write_text("\n".join(lowest_versions()) + "\n")
         pip += ["-c", str(floors)]
-    subprocess.run([*pip, f"{wheel}[wandb]"], check=True, env=env)
+    subprocess.run([*pip, f"{wheel}[wandb,optuna]"], check=True, env=env)
     return python
 
 
 def lowest_versions() -> list[str]:
-    """``pkg==X`` for every dependency (and the wandb extra's) declared ``pkg>=X``."""
+    """``pkg==X`` for every dependency (and the wandb and optuna extras') declared
+    ``pkg>=X``."""
     import tomllib  # Python 3.11+
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     pins = []
-    for spec in [*project["dependencies"], *project["optional-dependencies"]["wandb"]]:
+    extras = project["optional-dependencies"]
+    for spec in [*project["dependencies"], *extras["wandb"], *extras["optuna"]]:
         match = re.match(r"^([A-Za-z0-9_.\-]+)(\[[^\]]*\])?\s*>=\s*([^,;\s]+)", spec)
         if match:
             pins.append(f"{match.group(1)}=={match.group(3)}")

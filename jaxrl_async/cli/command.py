@@ -8,6 +8,7 @@ one source of truth for flags and help).
     jaxrl-async sweep --algo ppo --random lr=log:1e-4:1e-2 --num-samples 16 --seeds 2
     jaxrl-async pbt --algo ppo --space lr=log:1e-4:1e-2 --population 16 --ready-every 10
     jaxrl-async halving --algo ppo --space lr=log:1e-4:1e-2 --population 16 --eta 2 --rungs 3
+    jaxrl-async tune --algo ppo --space lr=log:1e-4:1e-2 --trials 64 --batch 16 --test-seeds 3
     jaxrl-async eval runs/ppo_CartPole-v1_sync_20250101-120000 --episodes 20
 """
 
@@ -238,6 +239,20 @@ def cmd_population(kind: str, argv: list[str]) -> int:
     return 0
 
 
+def cmd_tune(argv: list[str]) -> int:
+    """``jaxrl-async tune`` (``cli/tune.py``): Optuna, a batch of trials per compiled program."""
+    from jaxrl_async.cli import tune
+
+    args = _parse(tune.tune_parser(_algo_of(argv)), argv)
+    options.use_compile_cache(args)
+    try:
+        result, kept, spec, out = tune.run(args)
+    except (ValueError, ImportError) as e:
+        return _fail(e)
+    tune.report(out, result, tune.write(out, result, kept, spec), kept)
+    return 0
+
+
 def cmd_eval(argv: list[str]) -> int:
     args = eval_parser().parse_args(argv)
     from jaxrl_async.run import checkpoint, sinks
@@ -275,6 +290,7 @@ COMMANDS = {
             "population-based training: losers copy winners inside one compile"),
     "halving": (lambda argv: cmd_population("halving", argv),
                 "successive halving: the top 1/eta go on, inside one compile"),
+    "tune": (cmd_tune, "Optuna's samplers, a batch of trials per compiled program"),
     "eval": (cmd_eval, "evaluate a run directory's checkpoint on fresh envs"),
     "presets": (options.cmd_presets, "list the settings files that come with the package"),
 }

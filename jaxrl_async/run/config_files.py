@@ -9,7 +9,8 @@ A run file names the algorithm and sets any of its fields (``runner`` is a name 
     lr: 2.5e-4
     runner: {name: async, learner_devices: 2}   # or: runner: sync
     seed: 0                   # optional
-    from_sweep: {...}         # optional, not read: a sweep's best.json says where it came from
+    from_sweep: {...}         # optional, not read: a search's best.json says where it came from
+                              # (from_sweep, from_population, from_tune)
 
 A sweep file holds the base config (a mapping as above, or the path of a run file, relative to
 the sweep file), the grid or the random-search spaces, and the seeds::
@@ -154,7 +155,8 @@ def config_from_mapping(data: dict[str, Any], where: str) -> tuple[Any, int | No
     """A config (and seed) from a run file's mapping; errors start with ``where``."""
     data = dict(data)
     seed = data.pop("seed", None)
-    data.pop("from_sweep", None)  # a sweep's best.json: where the config came from
+    for origin in ("from_sweep", "from_population", "from_tune"):
+        data.pop(origin, None)  # a search's best.json: where the config came from
     if seed is not None:
         try:
             seed = check_seed(int(seed) if _is_int(seed) else seed, f"{where}: seed")

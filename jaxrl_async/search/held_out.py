@@ -58,7 +58,7 @@ def retrain(result: Any, test_seeds: Sequence[int], run_points: Callable, *,
     final = retrained.final_return[0]
     out = {
         "point": {k: v for k, v in best.items()
-                  if k not in ("cfg", "config", "member", "seed", "final_return",
+                  if k not in ("cfg", "config", "member", "seed", "trial", "final_return",
                                "final_return_std")},
         "tuning_seeds": list(result.seeds), "tuning_score": float(best["final_return"]),
         "test_seeds": list(test_seeds),

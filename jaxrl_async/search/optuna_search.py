@@ -46,6 +46,7 @@ from jaxrl_async.search.optuna_study import (
     make_sampler,
     open_study,
     point_of,
+    quiet,
     require_optuna,
 )
 from jaxrl_async.search.pbt import _check_int, _init, _updates
@@ -159,6 +160,21 @@ class OptunaResult(SweepResult):
     numbers: tuple[int, ...] = ()
     states: tuple[str, ...] = ()  # "COMPLETE", "PRUNED" or "FAIL" (no episode ended)
     test: dict | None = None
+    decode: dict | None = None  # a sampled value -> the field's (optuna_study.point_of)
+
+    def best(self, metric: str = "final_return", maximize: bool = True) -> dict[str, Any]:
+        """The study's best trial (this call's or any other's: the study is shared) by its
+        told score, the final return averaged over seeds: its values, ``final_return``,
+        ``trial`` and ``cfg``; other metrics: the best of this call's trials."""
+        if metric != "final_return" or not maximize:
+            return super().best(metric, maximize)
+        if not any(t.value is not None for t in self.study.get_trials(deepcopy=False)):
+            return super().best(metric, maximize)  # says why none is best
+        trial = self.study.best_trial
+        point = point_of(trial, self.decode or {})
+        mine = self.numbers.index(trial.number) if trial.number in self.numbers else None
+        return {"config": mine, **point, "final_return": float(trial.value),
+                "trial": trial.number, "cfg": dataclasses.replace(self.base, **point)}
 
 
 def optuna_search(
@@ -226,8 +242,9 @@ def optuna_search(
     start = time.perf_counter()
     try:
         while (left := trials - finished(study)) > 0:
-            optuna.storages.fail_stale_trials(study)  # killed workers' trials: asked again
-            asked = [study.ask(dists) for _ in range(min(batch, left))]
+            with quiet():
+                optuna.storages.fail_stale_trials(study)  # killed workers' trials: asked again
+                asked = [study.ask(dists) for _ in range(min(batch, left))]
             for trial in asked:  # who trained it, as the dashboard shows
                 trial.set_user_attr("worker", WORKER)
             heart.watch(asked)
@@ -284,5 +301,5 @@ def optuna_search(
         timing={"train_s": train_s, "sps": steps / max(train_s, 1e-9),
                 "sps_per_run": steps / len(points) / len(seeds) / max(train_s, 1e-9),
                 "runs": len(points) * len(seeds), "batches": -(-len(points) // batch)},
-        study=study, numbers=tuple(numbers), states=tuple(states))
+        study=study, numbers=tuple(numbers), states=tuple(states), decode=decode)
     return with_test(result, test_seeds, progress)

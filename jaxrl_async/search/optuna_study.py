@@ -4,10 +4,11 @@ Optuna is an optional extra (``pip install "jaxrl_async[optuna]"``), imported wh
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,10 +26,19 @@ def require_optuna() -> Any:
         raise ImportError('jra.optuna_search needs Optuna: pip install "jaxrl_async[optuna]" '
                           '(or pip install optuna)') from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial otherwise
-    # the heartbeat's stale-trial check is "experimental" in Optuna's terms: not said per batch
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning,
-                            module="jaxrl_async")
     return optuna
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Without Optuna's notes that its heartbeat is "experimental" and "supposed to be used with
+    Study.optimize": here the heartbeat thread is ours (``Heartbeat``), as optimize's is."""
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.filterwarnings("ignore", "Heartbeat of storage is supposed", UserWarning)
+        yield
 
 
 # --------------------------------------------------------------------------- the space
@@ -121,9 +131,11 @@ def open_study(storage: str | None, study_name: str | None, sampler: Any, pruner
 
         storage = JournalStorage(JournalFileBackend(storage.removeprefix("journal:")))
     elif isinstance(storage, str):
-        storage = optuna.storages.RDBStorage(
-            storage, heartbeat_interval=heartbeat_s, grace_period=grace_s,
-            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(3))
+        with quiet():
+            storage = optuna.storages.RDBStorage(
+                storage, heartbeat_interval=heartbeat_s, grace_period=grace_s,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                    3))
     return optuna.create_study(storage=storage, study_name=study_name,
                                sampler=make_sampler(sampler, seed),
                                pruner=pruner or optuna.pruners.NopPruner(),  # not Optuna's median

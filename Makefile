@@ -9,7 +9,7 @@ SUITE ?= classic
 ARGS ?=
 
 .PHONY: setup setup-latest train-latest test-latest try-newest train test test-suites fuzz bench bench-atari bench-sweep bench-peers bench-host-envs \
-	bench-scaling bench-scaling-full bench-tracking bench-pbt accelerator-check accelerator-offline-check reproduce docs lint \
+	bench-scaling bench-scaling-full bench-tracking bench-pbt bench-search accelerator-check accelerator-offline-check reproduce docs lint \
 	check-install check-floors image test-image clean
 
 setup: $(STAMP)
@@ -83,6 +83,10 @@ bench-sweep: $(STAMP)
 # PBT and successive halving against a grid and a random search at equal compute (PPO on
 # Pendulum, 16 configs x 3 seeds; PQN on CartPole, 16 x 5 seeds and 5 held-out; one device;
 # minutes on a CPU), curves into docs/img.
+# Random search, batched TPE and PBT on held-out seeds; batched Optuna against its usual loop.
+bench-search: $(STAMP)
+	$(PY) experiments/bench/bench_search.py $(ARGS)
+
 bench-pbt: $(STAMP)
 	$(PY) experiments/bench/bench_pbt.py --plot docs/img/pbt_pendulum.png
 	$(PY) experiments/bench/bench_pbt.py --task pqn-cartpole --population 16 --seeds 5 --heldout-seeds 5 \

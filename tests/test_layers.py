@@ -25,7 +25,8 @@ LAYERS = [
      "jaxrl_async.run.tracking"],
     ["jaxrl_async.run.train", "jaxrl_async.run"],
     # search: many runs
-    ["jaxrl_async.search.sweep_result", "jaxrl_async.search.held_out"],
+    ["jaxrl_async.search.sweep_result", "jaxrl_async.search.held_out",
+     "jaxrl_async.search.points"],
     ["jaxrl_async.search.sweep"],
     ["jaxrl_async.search.population", "jaxrl_async.search.exploit",
      "jaxrl_async.search.population_result"],

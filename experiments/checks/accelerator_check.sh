@@ -23,7 +23,8 @@
 #    - index: "jax[$JAX_CUDA]==$JAX_VERSION" from the package index.
 #    The other packages come from the wheel folder when it holds .whl files, and with
 #    JAXRL_OFFLINE=1 from nothing else (pip --no-index). Extras: $JAXRL_ACCEL_EXTRAS (default
-#    bench). It prints which packages came from where (kept, wheels, index, this checkout).
+#    bench,optuna: the search step's batched Optuna, target >= 5x the one-trial loop at
+#    B=64). It prints which packages came from where (kept, wheels, index, this checkout).
 # 3. The steps: one `step NAME SECONDS [--gpus N] COMMAND...` line each in steps() below. A
 #    step's last stdout line (one JSON object) is its figure; it runs under `timeout` for at
 #    most SECONDS and at most what is left of the budget. JAXRL_ACCEL_BUDGET_S (default 480)
@@ -48,7 +49,7 @@ JAX_CUDA="${JAX_CUDA:-cuda12}"
 BUDGET_S="${JAXRL_ACCEL_BUDGET_S:-480}"
 ONLY="${JAXRL_ACCEL_STEPS:-}"
 PLATFORM="${JAXRL_ACCEL_PLATFORM:-gpu}"
-EXTRAS="${JAXRL_ACCEL_EXTRAS:-bench}"
+EXTRAS="${JAXRL_ACCEL_EXTRAS:-bench,optuna}"
 MODE=run
 [[ "${1:-}" == "--dry-run" ]] && MODE=dry-run
 [[ "${1:-}" == "--list" ]] && MODE=list
@@ -73,6 +74,7 @@ steps() {
     step sync 150 "$PY" experiments/bench/bench_sync.py --preset cartpole-large --num-envs "$(size 2048 64)" --num-steps "$(size 128 32)" --total-timesteps "$(size 2e7 2e5)" --repeats "$(size 2 1)" --baseline
     step async_1gpu 120 env CUDA_VISIBLE_DEVICES="$FIRST_GPU" "$PY" experiments/bench/bench_async.py --rounds "$(size 3 1)" --updates "$(size 50 5)"
     step async_2gpu 120 --gpus 2 "$PY" experiments/bench/bench_async.py --rounds 3 --updates 50
+    step search 120 "$PY" experiments/bench/bench_search.py --only speed --loop-trials "$(size 64 8)" --batches $(size "16 64" 8)
     step pbt 300 "$PY" experiments/bench/bench_pbt.py --population "$(size 64 4)" --seeds 1 --total-timesteps "$(size 100352 4096)" --ready-every "$(size 10 2)"
     step atari_ppo 600 sh -c '"$0" -m experiments.reproduce --suite atari --seeds 1 --budget "$1" --out "$2" | grep "^{" | tail -n 1' "$PY" "$(size "${JAXRL_ACCEL_PONG_STEPS:-9999360}" 2048)" "$LOG/reproduce_atari"
 }

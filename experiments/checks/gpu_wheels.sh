@@ -7,7 +7,8 @@
 #
 # What is downloaded: the build backend (setuptools), this project's dependencies and those of
 # the extras in
-# $JAXRL_ACCEL_EXTRAS (default bench: rejax, distrax, flashbax and what they pull in), resolved
+# $JAXRL_ACCEL_EXTRAS (default bench,optuna: rejax, distrax, flashbax, optuna and what they
+# pull in), resolved
 # for CPython $JAXRL_WHEEL_PYTHON (default 3.12) on manylinux x86_64 (glibc 2.$JAXRL_WHEEL_GLIBC_MINOR,
 # default 2.35, or older), binary wheels only, with the packages the GPU image already has pinned
 # to its versions ($JAXRL_IMAGE_PINS, default the H200 image of 2026-12-04: jax 0.11.2, flax
@@ -20,7 +21,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${1:-$ROOT/wheels}"
 PYV="${JAXRL_WHEEL_PYTHON:-3.12}"
 GLIBC_MINOR="${JAXRL_WHEEL_GLIBC_MINOR:-35}"
-EXTRAS="${JAXRL_ACCEL_EXTRAS:-bench}"
+EXTRAS="${JAXRL_ACCEL_EXTRAS:-bench,optuna}"
 PINS="${JAXRL_IMAGE_PINS:-jax==0.11.2 jaxlib==0.11.2 flax==0.12.10 optax==0.2.8 chex==0.1.92 numpy==2.5.2 orbax-checkpoint==0.12.4}"
 PYTHON="${PYTHON:-python3}"
 

@@ -34,14 +34,17 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from jaxrl_async.config.shared import static_fields
 from jaxrl_async.run.compile_cache import default_compile_cache
-from jaxrl_async.runners.common import compiler_options
+from jaxrl_async.runners.common import check_devices, compiler_options
 from jaxrl_async.search.held_out import check_test_seeds
 from jaxrl_async.search.optuna_study import (
     Heartbeat,
     distributions,
+    fail_stale,
     finished,
     make_sampler,
     open_study,
@@ -49,8 +52,17 @@ from jaxrl_async.search.optuna_study import (
     quiet,
     require_optuna,
 )
-from jaxrl_async.search.pbt import _check_int, _init, _updates
-from jaxrl_async.search.sweep import _stack, _wait, check_runner, final_params, seed_list, with_test
+from jaxrl_async.search.pbt import _check_int, _updates
+from jaxrl_async.search.sweep import (
+    AXIS,
+    _stack,
+    _wait,
+    check_runner,
+    final_params,
+    init_runs,
+    seed_list,
+    with_test,
+)
 from jaxrl_async.search.sweep_result import SweepResult, quiet_nan
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
@@ -58,20 +70,30 @@ WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
 # --------------------------------------------------------------------------- one group
 @functools.cache
-def _segment(n: int, num_updates: int, log_every: int, options: tuple) -> Any:
-    """``segment(cfgs, states, first)``, jitted: ``n`` updates of every run from ``first + 1``
-    (``first`` traced: every segment of a length shares the compile)."""
-    kw = dict(num_devices=1, num_updates=num_updates, log_every=log_every, progress=False)
+def _programs(n: int, num_updates: int, log_every: int, options: tuple, devices: int) -> tuple:
+    """``(init, segment, final)``, jitted and spread over ``devices`` local devices as a sweep
+    is (``shard_map`` over the runs' axis, each device vmapping its share): ``segment(cfgs,
+    states, first)`` is ``n`` updates of every run from ``first + 1`` (``first`` traced, so
+    every segment of a length shares the compile)."""
+    kw = dict(num_devices=devices, num_updates=num_updates, log_every=log_every,
+              progress=False)
 
     def segment(cfgs: Any, states: Any, first: jax.Array) -> tuple[Any, dict]:
         return _updates(cfgs, states, first, n, kw)
 
-    return jax.jit(segment, compiler_options=dict(options) or None)
-
-
-@functools.cache
-def _final(options: tuple) -> Any:
-    return jax.jit(final_params, compiler_options=dict(options) or None)
+    init, final = init_runs, final_params
+    if devices > 1:
+        mesh = Mesh(np.array(jax.local_devices()[:devices]), (AXIS,))
+        runs = P(AXIS)
+        init = jax.shard_map(init, mesh=mesh, in_specs=(runs, runs), out_specs=runs,
+                             check_vma=False)
+        segment = jax.shard_map(segment, mesh=mesh, in_specs=(runs, runs, P()),
+                                out_specs=(runs, P(None, AXIS)), check_vma=False)
+        final = jax.shard_map(final, mesh=mesh, in_specs=(runs, runs), out_specs=runs,
+                              check_vma=False)
+    opts = dict(options) or None
+    return (jax.jit(init, compiler_options=opts), jax.jit(segment, compiler_options=opts),
+            jax.jit(final, compiler_options=opts))
 
 
 def segment_scores(metrics: dict, trials: int, seeds: int) -> np.ndarray:
@@ -85,7 +107,7 @@ def segment_scores(metrics: dict, trials: int, seeds: int) -> np.ndarray:
 
 
 def train_group(study: Any, cfg: Any, trials: list, points: list[dict], seeds: tuple,
-                pad_to: int, report_every: int) -> tuple[dict, Any, list[int]]:
+                pad_to: int, report_every: int, devices: int) -> tuple[dict, Any, list[int]]:
     """Train one static group's trials ``[T]`` × seeds as one vmapped program, segment by
     segment, reporting to the pruner; returns the curves ``[T, S, updates]`` (NaN after a
     trial's pruning), the final params and the update each trial stopped at."""
@@ -93,21 +115,24 @@ def train_group(study: Any, cfg: Any, trials: list, points: list[dict], seeds: t
 
 
     configs = [dataclasses.replace(cfg, **p) for p in points]
-    runs, padded = len(configs) * len(seeds), max(pad_to, len(configs)) * len(seeds)
+    runs = len(configs) * len(seeds)
+    devices = min(devices, max(pad_to, len(configs)) * len(seeds))
+    padded = -(-max(pad_to, len(configs)) * len(seeds) // devices) * devices
     run_cfgs = [c for c in configs for _ in seeds]
     run_seeds = [s for _ in configs for s in seeds]
     run_cfgs += run_cfgs[-1:] * (padded - runs)  # padding: repeats of the last run, not told
     run_seeds += run_seeds[-1:] * (padded - runs)
     stacked, seed_array = _stack(run_cfgs), np.asarray(run_seeds, np.int32)
     options = tuple(sorted(compiler_options(cfg).items()))
-    states = _init(options)(stacked, seed_array)
+    init, _, final = _programs(1, cfg.num_updates, cfg.log_every, options, devices)
+    states = init(stacked, seed_array)
     stopped = [cfg.num_updates] * len(trials)
     alive = np.ones(len(trials), bool)
     chunks, first = [], 0
     while first < cfg.num_updates and alive.any():
         n = min(report_every, cfg.num_updates - first)
-        states, metrics = _segment(n, cfg.num_updates, cfg.log_every, options)(
-            stacked, states, np.int32(first))
+        segment = _programs(n, cfg.num_updates, cfg.log_every, options, devices)[1]
+        states, metrics = segment(stacked, states, np.int32(first))
         metrics = _wait(metrics)
         chunks.append(metrics)
         first += n
@@ -118,7 +143,7 @@ def train_group(study: Any, cfg: Any, trials: list, points: list[dict], seeds: t
             if first < cfg.num_updates and trials[t].should_prune():
                 study.tell(trials[t], state=TrialState.PRUNED)
                 alive[t], stopped[t] = False, first
-    params = _wait(_final(options)(stacked, states))
+    params = _wait(final(stacked, states))
 
     def per_trial(x: np.ndarray) -> np.ndarray:
         x = np.asarray(x)[:, :runs]  # [L, R] -> [T, S, L]
@@ -194,6 +219,7 @@ def optuna_search(
     test_seeds: int | Sequence[int] | None = None,
     heartbeat_s: int = 60,
     grace_s: int = 180,
+    num_devices: int | None = None,
     progress: bool = True,
 ) -> OptunaResult:
     """Optuna's ``sampler`` (``"tpe"``, ``"cmaes"``, ``"random"``, ``"qmc"`` or an Optuna
@@ -206,8 +232,9 @@ def optuna_search(
 
     ``pruner``: an Optuna pruner (``optuna.pruners.MedianPruner()``...), asked after every
     ``report_every`` updates (default: a tenth of the run); ``study``: an Optuna study to use
-    instead of ``storage``/``study_name``/``sampler``/``pruner``. Every check runs before
-    anything compiles."""
+    instead of ``storage``/``study_name``/``sampler``/``pruner``; ``num_devices``: the local
+    devices a batch's runs spread over (default: all). Every check runs before anything
+    compiles."""
     from jaxrl_async.run.train import warn_partial_update
 
     optuna = require_optuna()
@@ -217,6 +244,8 @@ def optuna_search(
     _check_int("batch", batch)
     _check_int("heartbeat_s", heartbeat_s)
     _check_int("grace_s", grace_s)
+    devices = num_devices or jax.local_device_count()
+    check_devices("num_devices", min(devices, batch * len(seeds)), cfg)
     report_every = -(-cfg.num_updates // 10) if report_every is None else report_every
     _check_int("report_every", report_every)
     test_seeds = check_test_seeds(test_seeds, seeds)
@@ -242,12 +271,13 @@ def optuna_search(
     start = time.perf_counter()
     try:
         while (left := trials - finished(study)) > 0:
+            asked = []
+            fail_stale(study, grace_s)  # killed workers' trials: asked again
             with quiet():
-                optuna.storages.fail_stale_trials(study)  # killed workers' trials: asked again
-                asked = [study.ask(dists) for _ in range(min(batch, left))]
-            for trial in asked:  # who trained it, as the dashboard shows
-                trial.set_user_attr("worker", WORKER)
-            heart.watch(asked)
+                for _ in range(min(batch, left)):
+                    asked.append(study.ask(dists))
+                    heart.watch(asked)  # at once: a trial with no heartbeat is never stale
+                    asked[-1].set_user_attr("worker", WORKER)  # after it: fail_stale reads it
             groups: dict[tuple, list[int]] = {}
             for i, t in enumerate(asked):
                 p = point_of(t, decode)
@@ -258,7 +288,7 @@ def optuna_search(
                 hyper = [{k: v for k, v in p.items() if k not in statics} for p in found]
                 got, par, stopped = train_group(
                     study, base, [asked[i] for i in members], hyper, seeds,
-                    batch if len(groups) == 1 else len(members), report_every)
+                    batch if len(groups) == 1 else len(members), report_every, devices)
                 group = SweepResult(base=base, fields=tuple(dists), points=found,
                                     configs=[dataclasses.replace(base, **h) for h in hyper],
                                     seeds=seeds, curves=got, params=par, timing={})

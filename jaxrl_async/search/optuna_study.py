@@ -152,27 +152,59 @@ def finished(study: Any) -> int:
                for t in study.get_trials(deepcopy=False, states=done))
 
 
+def fail_stale(study: Any, grace_s: float) -> None:
+    """Fail the trials of killed workers so they are asked again: Optuna's own check (a
+    heartbeat older than the grace period: failed and re-queued with the same values), and a
+    trial killed between ``study.ask`` and its first heartbeat (no ``worker`` attribute, which
+    is set right after it), older than the grace period: failed, its values queued again."""
+    import datetime
+
+    import optuna
+    from optuna.trial import TrialState
+
+    with quiet():
+        optuna.storages.fail_stale_trials(study)
+    if Heartbeat.of(study) is None:
+        return  # no heartbeats kept (memory, journal): nothing can be told stale
+    old = datetime.datetime.now() - datetime.timedelta(seconds=grace_s)
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if "worker" not in trial.user_attrs and trial.datetime_start is not None and \
+                trial.datetime_start < old:
+            try:
+                study.tell(trial.number, state=TrialState.FAIL)
+            except (ValueError, RuntimeError):  # another worker told it first
+                continue
+            if trial.params:
+                study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+
+
 class Heartbeat:
     """Records Optuna's heartbeat of the running trials every ``interval`` seconds, in a thread
     (what ``study.optimize`` does for its one trial), where the storage keeps heartbeats."""
 
     def __init__(self, study: Any, interval: float):
-        from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
-
-        storage = study._storage  # Optuna's own study.optimize reads it so
-        self.storage = storage if isinstance(storage, BaseHeartbeat) and \
-            is_heartbeat_enabled(storage) else None
+        self.storage = Heartbeat.of(study)
         self.interval, self.ids, self.stop = interval, [], threading.Event()
         self.thread = threading.Thread(target=self._beat, daemon=True)
         if self.storage is not None:
             self.thread.start()
 
+    @staticmethod
+    def of(study: Any) -> Any:
+        """The study's storage where it keeps heartbeats (RDB with an interval), else None."""
+        from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
+
+        storage = study._storage  # Optuna's own study.optimize reads it so
+        return storage if isinstance(storage, BaseHeartbeat) and \
+            is_heartbeat_enabled(storage) else None
+
     def watch(self, trials: Sequence[Any]) -> None:
         self.ids = [t._trial_id for t in trials]
-        self._record()
+        if trials:
+            self._record([self.ids[-1]])
 
-    def _record(self) -> None:
-        for trial_id in list(self.ids) if self.storage is not None else ():
+    def _record(self, ids: Sequence[int] | None = None) -> None:
+        for trial_id in list(self.ids if ids is None else ids) if self.storage else ():
             self.storage.record_heartbeat(trial_id)
 
     def _beat(self) -> None:

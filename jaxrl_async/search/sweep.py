@@ -3,7 +3,8 @@
 A config is a pytree whose leaves are exactly its ``hyper`` fields, so stacking many configs
 (leaves with a leading axis) and ``vmap``-ing the sync runner's per-run program over that axis
 trains them all in one compiled program; ``static`` fields (shapes, structure) cannot vary
-inside it and are rejected by name. The configs × seeds runs are spread over all local devices
+inside it, so the runs are grouped by their static values, one program per group, and come
+back as one ``SweepResult``. The configs × seeds runs are spread over all local devices
 with ``jax.shard_map`` (``pmap``'s successor; padded to a multiple of the device count), each
 device ``vmap``-ing its share.
 
@@ -17,12 +18,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import itertools
 import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -45,85 +45,17 @@ from jaxrl_async.runners.common import (
     xla_option_probe,
 )
 from jaxrl_async.search.held_out import check_test_seeds, retrain
+from jaxrl_async.search.points import (  # noqa: F401 - jra.Uniform etc., imported from here too
+    LogUniform,
+    Uniform,
+    check_fields,
+    check_sweepable,
+    grid_points,
+    sample_points,
+)
 from jaxrl_async.search.sweep_result import SweepResult
 
 AXIS = "runs"
-
-
-class Uniform(NamedTuple):
-    """A uniform range for ``random_search``."""
-
-    low: float
-    high: float
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return rng.uniform(self.low, self.high, n)
-
-
-class LogUniform(NamedTuple):
-    """A log-uniform range for ``random_search`` (learning rates, coefficients)."""
-
-    low: float
-    high: float
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return np.exp(rng.uniform(math.log(self.low), math.log(self.high), n))
-
-
-# --------------------------------------------------------------------------- points
-def check_sweepable(cfg: Any, names: Sequence[str]) -> None:
-    """``ValueError`` naming any field that is not a traced (``hyper``) field of ``cfg``."""
-    sweepable = hyper_fields(cfg)
-    bad = [n for n in names if n not in sweepable]
-    if not bad:
-        return
-    cls = type(cfg).__name__
-    unknown = [n for n in bad if n not in static_fields(cfg)]
-    if unknown:
-        raise ValueError(f"{cls} has no field(s) {', '.join(unknown)}; sweepable fields: "
-                         f"{', '.join(sweepable)}")
-    raise ValueError(
-        f"{cls}.{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} static (shape or program "
-        f"structure) and cannot vary inside one compiled sweep; sweepable (traced) fields: "
-        f"{', '.join(sweepable)}. Sweep a static field with one sweep per value."
-    )
-
-
-def check_fields(cfg: Any, names: Sequence[str]) -> None:
-    """``ValueError`` naming any field ``cfg`` does not have (a sweep groups its static
-    fields' values, one program per group)."""
-    known = (*hyper_fields(cfg), *static_fields(cfg))
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ValueError(f"{type(cfg).__name__} has no field(s) {', '.join(unknown)}; "
-                         f"fields: {', '.join(known)}")
-
-
-def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
-    """Every combination of the grid's values, the first key varying slowest."""
-    for name, values in grid.items():
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-            raise ValueError(f"grid[{name!r}] must be a non-empty list of values, got {values!r}")
-    return [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
-
-
-def sample_points(space: Mapping[str, Any], num_samples: int, seed: int = 0) -> list[dict]:
-    """``num_samples`` points drawn from ``space`` (``Uniform``/``LogUniform`` ranges, or a list
-    to choose from uniformly) by a NumPy generator seeded with ``seed``."""
-    rng = np.random.default_rng(seed)
-    columns = {}
-    for name, dist in space.items():
-        if isinstance(dist, (Uniform, LogUniform)):
-            if not dist.low < dist.high or (isinstance(dist, LogUniform) and dist.low <= 0):
-                raise ValueError(f"space[{name!r}] needs 0 < low < high (log) or low < high, "
-                                 f"got {dist}")
-            columns[name] = [float(v) for v in dist.sample(rng, num_samples)]
-        elif isinstance(dist, Sequence) and not isinstance(dist, str) and dist:
-            columns[name] = [dist[i] for i in rng.integers(0, len(dist), num_samples)]
-        else:
-            raise ValueError(f"space[{name!r}] must be Uniform(...), LogUniform(...) or a list, "
-                             f"got {dist!r}")
-    return [{k: v[i] for k, v in columns.items()} for i in range(num_samples)]
 
 
 # --------------------------------------------------------------------------- the program

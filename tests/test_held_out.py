@@ -10,7 +10,8 @@ import pytest
 import jaxrl_async as jra
 from jaxrl_async.search.held_out import check_test_seeds
 
-TINY = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 20)
+TINY = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 20,
+                     fast_compile=True)
 
 
 def test_a_sweeps_test_score_is_its_best_config_trained_alone_on_the_test_seeds():

@@ -14,7 +14,8 @@ from jaxrl_async.cli import main
 from jaxrl_async.search.sweep import count_compiles
 
 TINY = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
-                     total_timesteps=4 * 16 * 12, log_every=4)
+                     total_timesteps=4 * 16 * 12, log_every=4,
+                     fast_compile=True)
 
 
 def test_a_grid_over_hidden_sizes_lr_and_seeds_is_one_result_with_a_compile_per_group(tmp_path):

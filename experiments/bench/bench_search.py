@@ -1,6 +1,6 @@
-"""What a search buys, and what batching Optuna buys: random search, batched TPE and PBT at the
-same budget of trained runs, scored on held-out test seeds; and batched Optuna against Optuna's
-usual one-trial-at-a-time loop over the same trials.
+"""What a search buys, and what batching Optuna buys: grid, random search, batched TPE, PBT and
+successive halving at the same budget of trained runs, scored on held-out test seeds; and
+batched Optuna against Optuna's usual one-trial-at-a-time loop over the same trials.
 
     python experiments/bench/bench_search.py [--tasks cartpole acrobot] [--runs 32]
         [--search-seeds 3] [--test-seeds 3] [--batches 16 64] [--loop-trials 64]
@@ -9,7 +9,9 @@ usual one-trial-at-a-time loop over the same trials.
 Quality rows (one JSON line per task and search kind): each search trains ``--runs`` configs
 once (one tuning seed each; PBT: a population of ``--runs``), ``--search-seeds`` times with
 different sampler seeds; its best config is re-trained on ``--test-seeds`` seeds it was not
-tuned on (``test_seeds=``, ``jra.test_on_seeds``). Printed: the test score, mean and spread
+tuned on (``test_seeds=``, ``jra.test_on_seeds``). The grid (about ``--runs`` points over
+``lr`` × ``gae_lambda``) is the same for every search seed, which then seeds its one run a
+point. Printed: the test score, mean and spread
 over the search seeds, beside the tuning score (which flatters: Eimer et al., ICML 2023).
 
 Speed rows (CartPole): the same ``--loop-trials`` trials (Optuna's RandomSampler with one seed:
@@ -46,7 +48,20 @@ SPACE = {"lr": jra.LogUniform(1e-5, 1e-1), "gae_lambda": jra.Uniform(0.5, 1.0),
          "ent_coef": jra.Uniform(0.0, 0.05)}
 
 
+def grid_of(runs: int) -> dict:
+    """A grid of about ``runs`` points over the space's first two fields (log-spaced ``lr`` ×
+    ``gae_lambda``), ``ent_coef`` at the middle of its range."""
+    lrs = max(2, runs // 4)
+    return {"lr": list(np.geomspace(SPACE["lr"].low, SPACE["lr"].high, lrs)),
+            "gae_lambda": list(np.linspace(SPACE["gae_lambda"].low, SPACE["gae_lambda"].high,
+                                           max(1, runs // lrs))),
+            "ent_coef": [(SPACE["ent_coef"].low + SPACE["ent_coef"].high) / 2]}
+
+
 def search(kind: str, cfg, runs: int, seed: int, test_seeds: int):
+    if kind == "grid":  # the same grid for every search seed: only its test seeds differ
+        return jra.sweep(cfg, grid_of(runs), seeds=[seed], test_seeds=test_seeds,
+                         num_devices=1, progress=False)
     if kind == "random":
         return jra.random_search(cfg, SPACE, runs, seed=seed, test_seeds=test_seeds,
                                  num_devices=1, progress=False)
@@ -57,6 +72,9 @@ def search(kind: str, cfg, runs: int, seed: int, test_seeds: int):
     if kind == "pbt":
         return jra.pbt(cfg, SPACE, population=runs, ready_every=max(1, cfg.num_updates // 6),
                        seed=seed, test_seeds=test_seeds, progress=False)
+    if kind == "halving":
+        return jra.successive_halving(cfg, SPACE, population=runs, eta=2, rungs=3, seed=seed,
+                                      test_seeds=test_seeds, progress=False)
     raise ValueError(kind)
 
 
@@ -126,7 +144,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=["cartpole", "acrobot"],
                         choices=sorted(TASKS))
-    parser.add_argument("--kinds", nargs="+", default=["random", "tpe", "pbt"])
+    parser.add_argument("--kinds", nargs="+",
+                        default=["grid", "random", "tpe", "pbt", "halving"])
     parser.add_argument("--runs", type=int, default=32)
     parser.add_argument("--search-seeds", type=int, default=3)
     parser.add_argument("--test-seeds", type=int, default=3)

@@ -227,3 +227,16 @@ def test_a_batch_spread_over_devices_trains_what_one_device_trains():
                                rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(one.curves["loss"], four.curves["loss"], rtol=2e-2, atol=1e-4)
     np.testing.assert_allclose(one.final_return, four.final_return, rtol=2e-2)
+
+
+def test_a_static_field_that_changes_the_updates_is_told_and_lined_up():
+    # 4 envs: 30 updates of 64 steps; 8 envs: 15 updates of 128 steps (the same budget)
+    result = jra.optuna_search(TINY, {"num_envs": [4, 8], "lr": jra.LogUniform(1e-4, 1e-2)},
+                               trials=6, batch=6, sampler="random", report_every=5,
+                               progress=False)
+    assert {c.num_envs for c in result.configs} == {4, 8}
+    assert result.states == ("COMPLETE",) * 6
+    steps = result.curves["env_steps"]
+    assert steps.shape[-1] == 30 and (steps[:, :, -1] == 1920).all()
+    for cfg, row in zip(result.configs, steps[:, 0]):
+        assert np.isnan(row[:30 - cfg.num_updates]).all()

@@ -63,7 +63,7 @@ from jaxrl_async.search.sweep import (
     seed_list,
     with_test,
 )
-from jaxrl_async.search.sweep_result import SweepResult, quiet_nan
+from jaxrl_async.search.sweep_result import SweepResult, _pad_front, quiet_nan
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -155,6 +155,13 @@ def train_group(study: Any, cfg: Any, trials: list, points: list[dict], seeds: t
     params = jax.tree.map(lambda x: np.asarray(x)[:runs].reshape(
         len(trials), len(seeds), *np.shape(x)[1:]), params)
     return curves, params, stopped
+
+
+def stack_curves(curves: list[dict]) -> dict[str, np.ndarray]:
+    """Each trial's curves ``[S, updates]`` as ``[T, S, updates]``; a static group with fewer
+    updates (more envs per update) padded at the start, as a sweep's groups are."""
+    length = max(c["env_steps"].shape[-1] for c in curves)
+    return {k: np.stack([_pad_front(c[k], length, k) for c in curves]) for k in curves[0]}
 
 
 def _pad_updates(x: np.ndarray, num_updates: int) -> np.ndarray:
@@ -295,14 +302,14 @@ def optuna_search(
                 for j, i in enumerate(members):
                     with quiet_nan():
                         value = float(np.nanmean(group.final_return[j]))
-                    if stopped[j] == cfg.num_updates and math.isfinite(value):
+                    whole = stopped[j] == base.num_updates  # (num_envs changes the updates)
+                    if whole and math.isfinite(value):
                         study.tell(asked[i], value)
-                    elif stopped[j] == cfg.num_updates:  # no episode ended: no score
+                    elif whole:  # no episode ended: no score
                         asked[i].set_user_attr("no_episode", True)  # finished all the same
                         study.tell(asked[i], state=optuna.trial.TrialState.FAIL)
-                    states.append("COMPLETE" if stopped[j] == cfg.num_updates and
-                                  math.isfinite(value) else
-                                  "PRUNED" if stopped[j] < cfg.num_updates else "FAIL")
+                    states.append("PRUNED" if not whole else
+                                  "COMPLETE" if math.isfinite(value) else "FAIL")
                     numbers.append(asked[i].number)
                     points.append(found[j])
                     configs.append(group.configs[j])
@@ -326,7 +333,7 @@ def optuna_search(
         {tuple(np.shape(x) for x in jax.tree.leaves(p)) for p in params}) == 1
     result = OptunaResult(
         base=cfg, fields=tuple(dists), points=points, configs=configs, seeds=seeds,
-        curves={k: np.stack([c[k] for c in curves]) for k in curves[0]},
+        curves=stack_curves(curves),
         params=jax.tree.map(lambda *x: np.stack(x), *params) if same else params,
         timing={"train_s": train_s, "sps": steps / max(train_s, 1e-9),
                 "sps_per_run": steps / len(points) / len(seeds) / max(train_s, 1e-9),

@@ -207,6 +207,7 @@ def test_the_tune_command_writes_a_directory_resumes_it_and_its_best_trains(tmp_
     assert "the study holds 8 trials" in capsys.readouterr().out
     study = optuna.load_study(study_name="tune", storage=f"sqlite:///{out / 'study.db'}")
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 8
+    assert _dashboard_studies(f"sqlite:///{out / 'study.db'}") == ["tune"]
     assert main(["train", "--config", str(out / "best.json"), "--total-timesteps", "640",
                  "--run-dir", str(tmp_path / "best"), "--no-progress"]) == 0
     capsys.readouterr()
@@ -241,3 +242,26 @@ def test_a_static_field_that_changes_the_updates_is_told_and_lined_up():
     assert steps.shape[-1] == 30 and (steps[:, :, -1] == 1920).all()
     for cfg, row in zip(result.configs, steps[:, 0]):
         assert np.isnan(row[:30 - cfg.num_updates]).all()
+
+
+def _dashboard_studies(storage: str) -> list[str]:
+    """The study names optuna-dashboard's API serves from ``storage`` (its WSGI app, called
+    without a server)."""
+    import json
+    import traceback
+    from wsgiref.util import setup_testing_defaults
+
+    dashboard = pytest.importorskip("optuna_dashboard")
+    environ: dict = {}
+    setup_testing_defaults(environ)
+    environ["PATH_INFO"] = "/api/studies"
+    status = []
+
+    def start(line, headers, error=None):
+        status.append(line)
+        if error:
+            traceback.print_exception(*error)
+
+    body = b"".join(dashboard.wsgi(storage)(environ, start))
+    assert status == ["200 OK"], body[:500]
+    return [s["study_name"] for s in json.loads(body)["study_summaries"]]

@@ -194,3 +194,12 @@ def test_the_reference_config_files_load():
     for path in files:
         cfg = jra.load_config(path)
         assert cfg.env in path.read_text()
+
+
+@pytest.mark.parametrize("origin", ["from_sweep", "from_population", "from_tune"])
+def test_a_searchs_best_json_is_a_run_file_whatever_search_wrote_it(tmp_path, origin):
+    # pbt/halving's best.json (from_population) and tune's (from_tune) failed as unknown fields
+    cfg = jra.PPOConfig(env="CartPole-v1", lr=1e-3, num_envs=4)
+    path = tmp_path / "best.json"
+    path.write_text(json.dumps({**to_dict(cfg), origin: {"dir": "runs/x", "value": 1.0}}))
+    assert jra.load_config(path) == cfg

@@ -65,29 +65,10 @@ def population_parser(kind: str, algo: str) -> argparse.ArgumentParser:
 
 def space_of(cfg: Any, items: list[str]) -> Any:
     """The ``--space`` items as a checked ``Space``; errors name the item."""
-    from jaxrl_async.cli.sweep import _parse_range, _parse_values
+    from jaxrl_async.cli.sweep import parse_space
     from jaxrl_async.search.population import Space
 
-    if not items:
-        raise ValueError("give the search space: --space FIELD=log:LO:HI, "
-                         "--space FIELD=uniform:LO:HI or --space FIELD=V1,V2,... (repeat)")
-    spec: dict[str, Any] = {}
-    for item in items:
-        flag = f"--space {item}"
-        name, _, text = item.partition("=")
-        if name in spec:
-            raise ValueError(f"{flag}: {name} is given twice")
-        try:
-            if text.split(":")[0] in ("log", "loguniform", "uniform"):
-                spec[name] = _parse_range(item)
-            else:
-                if not hasattr(cfg, name):
-                    Space.of(cfg, {name: [0]})  # names the field and the sweepable ones
-                spec[name] = _parse_values(cfg, name, text, flag)
-            Space.of(cfg, {name: spec[name]})
-        except ValueError as e:
-            raise ValueError(f"{flag}: {str(e).removeprefix('--random ')}") from None
-    return Space.of(cfg, spec)
+    return Space.of(cfg, parse_space(cfg, items, Space.of))
 
 
 def run(kind: str, args: argparse.Namespace, cfg: Any, out: Path) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,33 @@ def spaces(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
                 dataclasses.replace(cfg, **{name: value})
             except ValueError as e:
                 raise ValueError(f"{flag}: {e}") from None
+    return spec
+
+
+def parse_space(cfg: Any, items: list[str], check: Callable[[Any, dict], Any]) -> dict[str, Any]:
+    """The ``--space FIELD=log:LO:HI|uniform:LO:HI|V1,V2,...`` items of ``pbt``, ``halving``
+    and ``tune`` as ranges and lists, each passed through ``check(cfg, {field: spec})`` (the
+    search's own validation: ``Space.of``, Optuna's ``distributions``); errors name the item."""
+    if not items:
+        raise ValueError("give the search space: --space FIELD=log:LO:HI, "
+                         "--space FIELD=uniform:LO:HI or --space FIELD=V1,V2,... (repeat)")
+    spec: dict[str, Any] = {}
+    for item in items:
+        flag = f"--space {item}"
+        name, _, text = item.partition("=")
+        if name in spec:
+            raise ValueError(f"{flag}: {name} is given twice")
+        try:
+            if text.split(":")[0] in ("log", "loguniform", "uniform"):
+                spec[name] = _parse_range(item)
+            else:
+                if not hasattr(cfg, name):
+                    check(cfg, {name: [0]})  # names the field and the allowed ones
+                spec[name] = _parse_values(cfg, name, text, flag)
+            check(cfg, {name: spec[name]})
+        except ValueError as e:
+            reason = str(e).removeprefix("--random ").removeprefix(f"{flag}: ")
+            raise ValueError(f"{flag}: {reason}") from None
     return spec
 
 

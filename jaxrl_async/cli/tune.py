@@ -65,31 +65,12 @@ def tune_parser(algo: str) -> argparse.ArgumentParser:
 
 
 def space_of(cfg: Any, items: list[str]) -> dict[str, Any]:
-    """The ``--space`` items, each checked against ``cfg``; errors name the item."""
-    from jaxrl_async.cli.sweep import _parse_range, _parse_values
+    """The ``--space`` items, each checked against ``cfg`` as Optuna's distributions (static
+    fields too); errors name the item."""
+    from jaxrl_async.cli.sweep import parse_space
     from jaxrl_async.search.optuna_study import distributions
 
-    if not items:
-        raise ValueError("give the search space: --space FIELD=log:LO:HI, "
-                         "--space FIELD=uniform:LO:HI or --space FIELD=V1,V2,... (repeat)")
-    spec: dict[str, Any] = {}
-    for item in items:
-        flag = f"--space {item}"
-        name, _, text = item.partition("=")
-        if name in spec:
-            raise ValueError(f"{flag}: {name} is given twice")
-        try:
-            if text.split(":")[0] in ("log", "loguniform", "uniform"):
-                spec[name] = _parse_range(item)
-            else:
-                if not hasattr(cfg, name):
-                    distributions(cfg, {name: [0]})  # names the field and the known ones
-                spec[name] = _parse_values(cfg, name, text, flag)
-            distributions(cfg, {name: spec[name]})
-        except ValueError as e:
-            text = str(e).removeprefix("--random ").removeprefix(f"{flag}: ")
-            raise ValueError(f"{flag}: {text}") from None
-    return spec
+    return parse_space(cfg, items, distributions)
 
 
 def pruner_of(name: str) -> Any:

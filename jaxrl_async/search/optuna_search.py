@@ -65,8 +65,6 @@ from jaxrl_async.search.sweep import (
 )
 from jaxrl_async.search.sweep_result import SweepResult, _pad_front, quiet_nan
 
-WORKER = f"{socket.gethostname()}:{os.getpid()}"
-
 
 # --------------------------------------------------------------------------- one group
 @functools.cache
@@ -261,9 +259,9 @@ def optuna_search(
     if pruner is not None and not isinstance(pruner, optuna.pruners.BasePruner):
         raise ValueError(f"pruner must be an Optuna pruner (optuna.pruners.MedianPruner(), ...), "
                          f"got {pruner!r}")
-    make_sampler(sampler, seed)  # a bad name fails here
-    if study is None:
-        study = open_study(storage, study_name, sampler, pruner, seed, heartbeat_s, grace_s)
+    if study is None:  # a bad sampler name fails before anything is opened
+        study = open_study(storage, study_name, make_sampler(sampler, seed), pruner,
+                           heartbeat_s, grace_s)
     warn_partial_update(cfg)
     default_compile_cache()
     heart = Heartbeat(study, heartbeat_s)
@@ -274,6 +272,7 @@ def optuna_search(
         bar = tqdm(total=trials, initial=min(finished(study), trials), unit="trial",
                    dynamic_ncols=True, desc=f"optuna {type(study.sampler).__name__}, batches "
                                             f"of {batch} x {len(seeds)} seeds")
+    worker = f"{socket.gethostname()}:{os.getpid()}"  # who trained a trial, as the dashboard shows
     points, configs, curves, params, numbers, states = [], [], [], [], [], []
     start = time.perf_counter()
     try:
@@ -284,7 +283,7 @@ def optuna_search(
                 for _ in range(min(batch, left)):
                     asked.append(study.ask(dists))
                     heart.watch(asked)  # at once: a trial with no heartbeat is never stale
-                    asked[-1].set_user_attr("worker", WORKER)  # after it: fail_stale reads it
+                    asked[-1].set_user_attr("worker", worker)  # after it: fail_stale reads it
             groups: dict[tuple, list[int]] = {}
             for i, t in enumerate(asked):
                 p = point_of(t, decode)

@@ -123,8 +123,9 @@ def make_sampler(name: str | Any, seed: int) -> Any:
 
 
 def open_study(storage: str | None, study_name: str | None, sampler: Any, pruner: Any,
-               seed: int, heartbeat_s: int, grace_s: int) -> Any:
-    """Optuna's study in ``storage`` (created, or loaded when it exists): maximising."""
+               heartbeat_s: int, grace_s: int) -> Any:
+    """Optuna's study in ``storage`` (created, or loaded when it exists): maximising, with
+    ``sampler`` (``make_sampler``'s)."""
     optuna = require_optuna()
     if isinstance(storage, str) and storage.startswith("journal:"):
         from optuna.storages.journal import JournalFileBackend, JournalStorage
@@ -137,7 +138,7 @@ def open_study(storage: str | None, study_name: str | None, sampler: Any, pruner
                 heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
                     3))
     return optuna.create_study(storage=storage, study_name=study_name,
-                               sampler=make_sampler(sampler, seed),
+                               sampler=sampler,
                                pruner=pruner or optuna.pruners.NopPruner(),  # not Optuna's median
                                direction="maximize", load_if_exists=study_name is not None)
 

@@ -27,6 +27,7 @@ LAYERS = [
     # search: many runs
     ["jaxrl_async.search.sweep_result", "jaxrl_async.search.held_out",
      "jaxrl_async.search.points"],
+    ["jaxrl_async.search.sweep_program", "jaxrl_async.search.sweep_chunks"],
     ["jaxrl_async.search.sweep"],
     ["jaxrl_async.search.population", "jaxrl_async.search.exploit",
      "jaxrl_async.search.population_result"],

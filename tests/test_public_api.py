@@ -13,6 +13,8 @@ PUBLIC = [
     "use_compile_cache", "use_cpu_cores",
     # issue 46: Optuna, batched, and held-out seeds
     "optuna_search", "OptunaResult", "test_on_seeds",
+    # issue 45: sweeps in chunks, checkpointed, over every process's devices
+    "resume_sweep",
 ]
 
 # Reached as ``jra.<package>.<name>`` in the docs and notebooks.

@@ -148,7 +148,7 @@ def test_sweep_file_grid_seeds_and_base_path(tmp_path, recorded):
     (tmp_path / "sweep.yaml").write_text(
         "base: run.yaml\ngrid: {lr: [1e-4, 3.0e-4], ent_coef: [0, 0.01]}\nseeds: 3\n")
     code, err = run_cli(["sweep", "--config", str(tmp_path / "sweep.yaml"), "--num-envs", "4",
-                         "--no-progress"])
+                         "--no-progress", "--out", str(tmp_path / "out")])
     assert code is None, err
     assert recorded["spec"] == {"lr": [1e-4, 3e-4], "ent_coef": [0.0, 0.01]}
     assert recorded["args"] == (3,)
@@ -160,7 +160,8 @@ def test_sweep_file_random_search(tmp_path, recorded):
     (tmp_path / "sweep.json").write_text(json.dumps({
         "base": {"algo": "ppo", "num_envs": 4}, "random": {"lr": "log:1e-4:1e-2"},
         "num_samples": 5, "seeds": 2, "sample_seed": 7}))
-    code, err = run_cli(["sweep", "--config", str(tmp_path / "sweep.json"), "--no-progress"])
+    code, err = run_cli(["sweep", "--config", str(tmp_path / "sweep.json"), "--no-progress",
+                         "--out", str(tmp_path / "out")])
     assert code is None, err
     assert recorded["spec"] == {"lr": jra.LogUniform(1e-4, 1e-2)}
     assert recorded["args"] == (5, 2) and recorded["kw"]["seed"] == 7

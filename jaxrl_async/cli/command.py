@@ -177,35 +177,42 @@ def _final_evaluation(cfg: Any, result: Any, s: dict, episodes: int, seed: int, 
 
 
 def cmd_sweep(argv: list[str]) -> int:
+    from jaxrl_async.run.distributed import is_main_process
     from jaxrl_async.search.sweep import random_search, sweep, use_cpu_cores
 
     use_cpu_cores()  # first: reading a --config file imports gymnax, which starts JAX's backend
-    args = _parse(sweep_parser(_algo_of(argv)), argv)
-    options.use_compile_cache(args)
     from jaxrl_async.cli import sweep as cli_sweep
 
+    try:
+        argv = cli_sweep.prepare(argv)  # jax.distributed, then --resume's sweep file
+    except ValueError as e:
+        return _fail(e)
+    args = _parse(sweep_parser(_algo_of(argv)), argv)
+    options.use_compile_cache(args)
     try:
         cfg = config_from_args(args, options.sweep_base(args))
         spec = cli_sweep.spaces(cfg, args)
         if args.rank_by == "final_eval_return" and not cfg.eval_every:
             raise ValueError("--rank-by final_eval_return: the runs are evaluated only with "
                              "--eval-every N (updates between evaluations)")
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path(args.out or args.resume or f"runs/sweep_{cfg.name}_{cfg.env}_{stamp}")
+        kwargs = dict(num_devices=args.devices, progress=args.progress, checkpoint_dir=out,
+                      runs_per_chunk=cli_sweep.checkpointing(args, out))
+        cli_sweep.start_sweep(out, cfg, spec, args)
         if args.grid:
-            result = sweep(cfg, spec, args.seeds, num_devices=args.devices,
-                           progress=args.progress)
+            result = sweep(cfg, spec, args.seeds, **kwargs)
         else:
             result = random_search(cfg, spec, args.num_samples, args.seeds,
-                                   seed=args.sample_seed, num_devices=args.devices,
-                                   progress=args.progress)
+                                   seed=args.sample_seed, **kwargs)
     except ValueError as e:
         return _fail(e)
-
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = Path(args.out or f"runs/sweep_{cfg.name}_{cfg.env}_{stamp}")
     try:
         best: dict[str, Any] | str = result.best(args.rank_by)
     except ValueError as e:  # no config has a score: said why, and no best.json
         best = str(e).partition(": ")[2]
+    if not is_main_process():  # every process holds the whole result; process 0 writes
+        return 0
     cli_sweep.write_sweep(out, cfg, spec, result, args, best if isinstance(best, dict) else None)
     cli_sweep.report(out, cfg, result, args.rank_by, best)
     options.log_sweep(args, out, cfg, cli_sweep.tracked_spaces(spec, result, args), result)

@@ -158,6 +158,12 @@ def train_parser(algo: str) -> argparse.ArgumentParser:
                         help="show a progress bar (default: on)")
     options.add_compile_cache_option(parser)
     options.add_tracking_options(parser)
+    add_distributed_options(parser, "the run directory")
+    return parser
+
+
+def add_distributed_options(parser: argparse.ArgumentParser, writes: str) -> None:
+    """``--distributed``, ``--coordinator-address``, ``--num-processes``, ``--process-id``."""
     multi = parser.add_argument_group(
         "multi-process (multi-host) runs: one command per process, see "
         "docs/scaling.md")
@@ -170,9 +176,8 @@ def train_parser(algo: str) -> argparse.ArgumentParser:
     multi.add_argument("--num-processes", type=int, default=None,
                        help="processes in the run (implies --distributed)")
     multi.add_argument("--process-id", type=int, default=None,
-                       help="this process's index, 0 writes the run directory "
+                       help=f"this process's index, 0 writes {writes} "
                             "(implies --distributed)")
-    return parser
 
 
 def sweep_parser(algo: str) -> argparse.ArgumentParser:
@@ -200,13 +205,22 @@ def sweep_parser(algo: str) -> argparse.ArgumentParser:
                              "evaluation after the last update: needs --eval-every) "
                              "(default: final_return)")
     parser.add_argument("--devices", type=int, default=None,
-                        help="devices to spread the runs over (default: all local devices)")
+                        help="devices to spread the runs over (default: all devices, of every "
+                             "process in a multi-process sweep)")
+    parser.add_argument("--runs-per-chunk", type=int, default=None, metavar="N",
+                        help="train N runs at a time (rounded up to a multiple of the "
+                             "devices), each chunk saved to --out when done (default: all at "
+                             "once)")
     parser.add_argument("--out", default=None,
                         help="output directory (default: runs/sweep_<algo>_<env>_<time>)")
+    parser.add_argument("--resume", default=None, metavar="SWEEP_DIR",
+                        help="continue the sweep in SWEEP_DIR: its saved chunks are loaded, "
+                             "the others trained (its config.json and --runs-per-chunk)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="show a progress bar (default: on)")
     options.add_compile_cache_option(parser)
     options.add_tracking_options(parser)
+    add_distributed_options(parser, "the sweep directory")
     return parser
 
 

@@ -95,6 +95,64 @@ def _range_text(space: Any) -> str:
     return f"{kind}:{space.low!r}:{space.high!r}"
 
 
+def prepare(argv: list[str]) -> list[str]:
+    """Before JAX starts its backend: join a multi-process sweep (``--distributed`` and the
+    rest) and, for ``--resume DIR``, read the sweep from ``DIR/config.json`` (added as
+    ``--config``, unless one is given)."""
+    from jaxrl_async.cli.args import join_distributed, wants_distributed
+
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for flag in ("--resume", "--coordinator-address", "--num-processes", "--process-id"):
+        pre.add_argument(flag, default=None)
+    pre.add_argument("--distributed", action="store_true")
+    known, _ = pre.parse_known_args(argv)
+    if wants_distributed(known):
+        for name in ("num_processes", "process_id"):
+            value = getattr(known, name)
+            setattr(known, name, None if value is None else _number(int)(value))
+        join_distributed(known)
+    if known.resume is None:
+        return argv
+    path = Path(known.resume) / "config.json"
+    if not path.exists():
+        raise ValueError(f"--resume {known.resume}: no sweep to continue there (no {path})")
+    return argv if "--config" in argv else [*argv, "--config", str(path)]
+
+
+def checkpointing(args: argparse.Namespace, out: Path) -> int | None:
+    """The runs per chunk: ``--runs-per-chunk``, else (``--resume``) the sweep's own."""
+    from jaxrl_async.search.sweep_chunks import read_meta
+
+    if args.runs_per_chunk is not None or not args.resume:
+        return args.runs_per_chunk
+    return (read_meta(out) or {}).get("runs_per_chunk")
+
+
+def _sweep_file(cfg: Any, spec: dict[str, Any], args: argparse.Namespace,
+                num_samples: int, num_seeds: int) -> dict[str, Any]:
+    from jaxrl_async.config.shared import to_dict
+
+    sweep_file: dict[str, Any] = {"base": to_dict(cfg)}
+    if args.grid:
+        sweep_file["grid"] = {k: list(v) for k, v in spec.items()}
+    else:
+        sweep_file.update(random={k: _range_text(v) for k, v in spec.items()},
+                          num_samples=num_samples, sample_seed=args.sample_seed)
+    return {**sweep_file, "seeds": num_seeds, "rank_by": args.rank_by}
+
+
+def start_sweep(out: Path, cfg: Any, spec: dict[str, Any], args: argparse.Namespace) -> None:
+    """Process 0 writes ``config.json`` first (``sweep --resume`` reads it), unless ``out``
+    holds a sweep's checkpoint already (which the sweep then checks is this one)."""
+    from jaxrl_async.run import sinks
+    from jaxrl_async.run.distributed import is_main_process
+    from jaxrl_async.search.sweep_chunks import META
+
+    if is_main_process() and not (out / META).exists():
+        sinks.write_json(out / "config.json",
+                         _sweep_file(cfg, spec, args, args.num_samples, args.seeds))
+
+
 def write_sweep(out: Path, cfg: Any, spec: dict[str, Any], result: Any,
                 args: argparse.Namespace, best: dict[str, Any] | None) -> None:
     """Write the sweep directory: ``config.json`` (a sweep file of this sweep), ``results.csv``,
@@ -104,14 +162,8 @@ def write_sweep(out: Path, cfg: Any, spec: dict[str, Any], result: Any,
     from jaxrl_async.run import sinks
 
     out.mkdir(parents=True, exist_ok=True)
-    sweep_file: dict[str, Any] = {"base": to_dict(cfg)}
-    if args.grid:
-        sweep_file["grid"] = {k: list(v) for k, v in spec.items()}
-    else:
-        sweep_file.update(random={k: _range_text(v) for k, v in spec.items()},
-                          num_samples=len(result.configs), sample_seed=args.sample_seed)
-    sinks.write_json(out / "config.json", {**sweep_file, "seeds": len(result.seeds),
-                                           "rank_by": args.rank_by})
+    sinks.write_json(out / "config.json", _sweep_file(cfg, spec, args, len(result.configs),
+                                                      len(result.seeds)))
     result.to_csv(out / "results.csv")
     result.plot(path=out / "sweep.png")
     if best is not None:

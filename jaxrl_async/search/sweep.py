@@ -329,8 +329,9 @@ def _run_group(base: Any, configs: list, points: Sequence[Mapping[str, Any]], se
 
 
 def use_cpu_cores() -> bool:
-    """On a CPU, make one XLA device per core, so a sweep's runs spread over all cores (XLA:CPU
-    runs one small program on one core; ``vmap`` alone does not use more). Call it right after
+    """On a CPU, make one XLA device per core this process may run on (``taskset``), so a
+    sweep's runs spread over all cores (XLA:CPU runs one small program on one core; ``vmap``
+    alone does not use more). Call it right after
     ``import jax``, before anything runs; returns False (and changes nothing) when it is too
     late or ``XLA_FLAGS`` already sets a device count. Harmless on GPU/TPU machines."""
     import os
@@ -338,7 +339,8 @@ def use_cpu_cores() -> bool:
     if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
         return False
     try:
-        jax.config.update("jax_num_cpu_devices", os.cpu_count() or 1)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        jax.config.update("jax_num_cpu_devices", cores or os.cpu_count() or 1)
     except RuntimeError:  # the backends have started
         return False
     return True

@@ -57,6 +57,7 @@ from jaxrl_async.search.sweep_program import (  # noqa: F401 - imported from her
     place,
     step_runs,
     vmap_runs,
+    wait_local,
 )
 from jaxrl_async.search.sweep_result import SweepResult
 
@@ -278,7 +279,7 @@ def _run_group(base: Any, configs: list, points: Sequence[Mapping[str, Any]], se
     bar = shared_bar or _bar(chunks.local_steps(layout, mine, steps_per_run),
                              f"sweep {len(configs)} configs x {len(seeds)} seeds (compiling)",
                              progress)
-    outs, compile_s, train_s, trained = [], 0.0, 0.0, 0
+    outs, compile_s, train_s, gather_s, trained = [], 0.0, 0.0, 0.0, 0
     try:
         start = time.perf_counter()
         lowered = program.lower(*inputs(0))
@@ -299,8 +300,11 @@ def _run_group(base: Any, configs: list, points: Sequence[Mapping[str, Any]], se
             start = time.perf_counter()
             out = compiled(*inputs(k))
             trained += local_runs(out)
-            outs.append(fetch(out))
+            wait_local(out)  # this process's share trained
             train_s += time.perf_counter() - start
+            start = time.perf_counter()
+            outs.append(fetch(out))  # every process's shares, in every process
+            gather_s += time.perf_counter() - start
             _Progress.active = None
             if directory is not None:
                 chunks.save_chunk(directory, group, k, layout, outs[-1])
@@ -315,7 +319,8 @@ def _run_group(base: Any, configs: list, points: Sequence[Mapping[str, Any]], se
 
     runs_now = sum(min(size, num_runs - k * size) for k in todo)
     steps = runs_now * steps_per_run
-    timing = {"compile_s": compile_s, "train_s": train_s, "sps": steps / max(train_s, 1e-9),
+    timing = {"compile_s": compile_s, "train_s": train_s, "gather_s": gather_s,
+              "sps": steps / max(train_s, 1e-9),
               "sps_per_run": steps / max(runs_now, 1) / max(train_s, 1e-9), "runs": num_runs,
               "devices": devices, "padded_runs": layout.padded - num_runs,
               "processes": jax.process_count(), "local_runs": trained,

@@ -193,16 +193,22 @@ def _wait(tree: Any) -> Any:
     return jax.device_get(tree)
 
 
-def fetch(tree: Any) -> Any:
-    """``tree`` (global arrays split over the processes' devices) whole, as host arrays, in
-    every process: ``_wait`` in one process; under ``jax.distributed``, each process waits
-    for its own devices, then the shards are gathered (``process_allgather``)."""
-    if jax.process_count() == 1:
-        return _wait(tree)
-    from jax.experimental import multihost_utils
-
+def wait_local(tree: Any) -> None:
+    """Block until this process's shards of ``tree`` are computed (in short sleeps, so Ctrl-C
+    is not held off): its share of the training is done."""
     for leaf in jax.tree.leaves(tree):
-        for shard in leaf.addressable_shards:
+        for shard in leaf.addressable_shards if isinstance(leaf, jax.Array) else ():
             while not shard.data.is_ready():
                 time.sleep(0.02)
+
+
+def fetch(tree: Any) -> Any:
+    """``tree`` (global arrays split over the processes' devices) whole, as host arrays, in
+    every process: under ``jax.distributed`` the shards are gathered
+    (``process_allgather``)."""
+    wait_local(tree)
+    if jax.process_count() == 1:
+        return jax.device_get(tree)
+    from jax.experimental import multihost_utils
+
     return multihost_utils.process_allgather(tree, tiled=True)

@@ -65,7 +65,7 @@ class SweepResult:
                   "devices": max(t["devices"] for t in timings),
                   "padded_runs": sum(t["padded_runs"] for t in timings),
                   **{k: sum(t.get(k, 0) for t in timings)
-                     for k in ("local_runs", "chunks", "resumed_chunks")},
+                     for k in ("local_runs", "chunks", "resumed_chunks", "gather_s")},
                   "processes": timings[0].get("processes", 1)}
         return cls(base=base, fields=tuple(dict.fromkeys(k for p in points for k in p)),
                    points=[dict(p) for p in points], configs=configs, seeds=parts[0][1].seeds,

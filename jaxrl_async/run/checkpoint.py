@@ -132,8 +132,12 @@ def _manager(run_dir: str | Path, *, read_only: bool, keep: int | None = None):
     processes = {me} if read_only else set(range(count))
     multi = ocp.options.MultiprocessingOptions(
         primary_host=me if read_only else 0, active_processes=processes if count > 1 else None)
+    create = not read_only
+    if create and count > 1:  # orbax leaves this to the caller with ``active_processes``
+        checkpoint_dir(run_dir).mkdir(parents=True, exist_ok=True)
+        create = False
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep, create=not read_only, enable_async_checkpointing=not read_only,
+        max_to_keep=keep, create=create, enable_async_checkpointing=not read_only,
         cleanup_tmp_directories=not read_only, multiprocessing_options=multi,
     )
     handlers = {"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}

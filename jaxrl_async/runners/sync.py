@@ -131,7 +131,8 @@ def run(
     state: RunState | None = None,
 ) -> TrainResult:
     """Host-level loop: the same updates in chunks of ``cfg.log_every``, metrics fetched while
-    the next chunk runs (no host round trip per update). ``state``: continue from it (a
+    the next chunk runs (no host round trip per update; but for a chunk that ends at a
+    checkpoint, ``checkpoint_due``). ``state``: continue from it (a
     restored checkpoint) instead of a fresh init. Ctrl-C or SIGTERM stops after the chunk in
     flight (in every process of a multi-process run at once), with ``on_state(final=True)``,
     and raises ``TrainingInterrupted`` (see ``StopOnInterrupt``)."""
@@ -164,6 +165,9 @@ def run(
                 _deliver(pending, callbacks, rows, cfg, state)
             pending, end = (begin, n, buffers, flag), begin + n
             final = end == cfg.num_updates or stop.agreed(end)  # every process the same
+            if final or checkpoint_due(cfg, begin, end):  # its metrics before its checkpoint
+                _deliver(pending, callbacks, rows, cfg, state)  # (which waits for it anyway)
+                pending = None
             callbacks.on_state(state, final=final, update=end)
             if final:
                 break
@@ -179,6 +183,15 @@ def run(
     if end < cfg.num_updates:
         raise TrainingInterrupted(result, stop.signal)
     return result
+
+
+def checkpoint_due(cfg: Any, begin: int, end: int) -> bool:
+    """Whether the chunk of updates ``begin + 1 ... end`` reaches a multiple of
+    ``checkpoint_every`` (where a checkpoint sink writes the state after it). Its metrics are
+    then delivered before its state, so a checkpoint never holds updates that
+    ``metrics.jsonl`` does not (a run killed right after one resumes with every row)."""
+    every = cfg.checkpoint_every
+    return bool(every) and end // every > begin // every
 
 
 def hyperparameters(cfg: Any) -> Any:

@@ -6,6 +6,7 @@ processes ``SIGTERM_TO[runner]`` only: a final checkpoint, ``TrainingInterrupted
 SIGKILLed once checkpoint 4 is committed (``killed``). ``resume``: both stopped runs resumed to
 the end. Params and returns of each run go to ``OUT_DIR/<run><process>.npz``."""
 
+import faulthandler
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ from jaxrl_async import distributed  # noqa: E402
 def main() -> None:
     process_id, port, out, runner, phase = sys.argv[1:6]
     process_id = int(process_id)
+    faulthandler.dump_traceback_later(170, exit=True)  # a hang: every thread's stack, and out
     distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process_id,
                            heartbeat_timeout_seconds=20)
     import jax

@@ -21,6 +21,7 @@ by taking the restored state as ``run(cfg, key, callbacks, state=restored)``.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,9 @@ def _template(cfg: Any) -> tuple[RunState, dict[tuple[str, ...], jax.ShapeDtypeS
 
 
 # --------------------------------------------------------------------------- manager
+_WRITERS = itertools.count()  # writing managers made by this process
+
+
 def _manager(run_dir: str | Path, *, read_only: bool, keep: int | None = None):
     """An orbax manager; ``read_only`` ones are only used to read (orbax's own read-only mode
     logs warnings on every use, so it is not set). A writing one first removes the
@@ -130,8 +134,11 @@ def _manager(run_dir: str | Path, *, read_only: bool, keep: int | None = None):
 
     me, count = jax.process_index(), jax.process_count()
     processes = {me} if read_only else set(range(count))
+    # orbax names its barriers by step: a prefix of their own for each writing manager (every
+    # process makes them in the same order), so two runs' "save 4" barriers never meet
     multi = ocp.options.MultiprocessingOptions(
-        primary_host=me if read_only else 0, active_processes=processes if count > 1 else None)
+        primary_host=me if read_only else 0, active_processes=processes if count > 1 else None,
+        barrier_sync_key_prefix=None if read_only else f"jaxrl_async_{next(_WRITERS)}")
     create = not read_only
     if create and count > 1:  # orbax leaves this to the caller with ``active_processes``
         checkpoint_dir(run_dir).mkdir(parents=True, exist_ok=True)

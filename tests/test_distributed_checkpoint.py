@@ -138,8 +138,8 @@ def test_sigterm_on_the_command_line_exits_preempted_and_resumes(tmp_path, capsy
     assert len(stopped) == 1 and stopped[0] > 0, stopped  # the final one, written whole
     assert len(metrics.read_text().splitlines()) == stopped[0]
 
-    total = (stopped[0] + 4) * 4 * 16  # resumed to an end 4 updates on
-    assert main(["train", "--resume", str(run), "--total-timesteps", str(total),
+    total = (stopped[0] + 4) * 4 * 16  # resumed to an end 4 updates on (lr re-planned)
+    assert main(["train", "--resume", str(run), "--total-timesteps", str(total), "--extend",
                  "--eval-episodes", "0", "--no-progress"]) == 0
     assert json.loads((run / "summary.json").read_text())["updates_done"] == stopped[0] + 4
     assert checkpoint.steps(run)[-1] == stopped[0] + 4

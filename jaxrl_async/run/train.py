@@ -158,6 +158,15 @@ def train(
     diverged state is never saved).
     """
     check_seed(seed)
+    # Signals from here to the last checkpoint write stop the run cleanly (the runner's own
+    # StopOnInterrupt is this one): one that comes while it restores or compiles stops it
+    # after its first chunk.
+    with StopOnInterrupt():
+        return _train(cfg, seed, run_dir, resume, extend, progress, callbacks)
+
+
+def _train(cfg: Any, seed: int, run_dir: str | Path | None, resume: str | Path | None,
+           extend: bool, progress: bool, callbacks: Sequence[Callbacks]) -> TrainResult:
     resume, run_dir = _main_process_dirs(resume, run_dir)
     state, earlier = None, {}
     if resume is not None:
@@ -205,28 +214,25 @@ def train(
     fanout = sinks.Fanout(writers)
 
     interrupted = diverged = None
-    # Signals from here to the last checkpoint write stop the run cleanly (the runner's own
-    # StopOnInterrupt is this one): one that comes while it compiles stops it after one chunk.
-    with StopOnInterrupt():
+    try:
+        fanout.on_run(cfg, seed, run_dir)
         try:
-            fanout.on_run(cfg, seed, run_dir)
-            try:
-                result = runners.run(cfg, jax.random.key(seed), fanout, state=state)
-            except TrainingInterrupted as e:
-                interrupted, result = e, e.result
-            except TrainingDiverged as e:  # no checkpoint of the diverged state was written
-                diverged, result = e, e.result
-            result = result._replace(metrics=_concat(earlier, result.metrics))
-            if run_dir is not None and result.metrics:
-                sinks.plot_learning_curve(result.metrics, run_dir / "learning_curve.png",
-                                          f"{cfg.title} on {cfg.env}")
-                sinks.write_json(run_dir / "summary.json",
-                                 {**summary(cfg, result), "interrupted": interrupted is not None,
-                                  "diverged": None if diverged is None else
-                                  {"update": diverged.update, "metric": diverged.what}})
-            fanout.on_end(result, run_dir)
-        finally:
-            fanout.close()  # waits for checkpoint writes, also when interrupted or failed
+            result = runners.run(cfg, jax.random.key(seed), fanout, state=state)
+        except TrainingInterrupted as e:
+            interrupted, result = e, e.result
+        except TrainingDiverged as e:  # no checkpoint of the diverged state was written
+            diverged, result = e, e.result
+        result = result._replace(metrics=_concat(earlier, result.metrics))
+        if run_dir is not None and result.metrics:
+            sinks.plot_learning_curve(result.metrics, run_dir / "learning_curve.png",
+                                      f"{cfg.title} on {cfg.env}")
+            sinks.write_json(run_dir / "summary.json",
+                             {**summary(cfg, result), "interrupted": interrupted is not None,
+                              "diverged": None if diverged is None else
+                              {"update": diverged.update, "metric": diverged.what}})
+        fanout.on_end(result, run_dir)
+    finally:
+        fanout.close()  # waits for checkpoint writes, also when interrupted or failed
     if interrupted is not None:
         raise TrainingInterrupted(result, interrupted.signal) from None
     if diverged is not None:

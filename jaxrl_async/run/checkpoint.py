@@ -295,8 +295,8 @@ def finite(state: RunState) -> bool:
     In a multi-process run on this process's copy of each leaf (no program over other
     processes' devices: the answer is the same in all of them, the parts it checks being
     replicated)."""
-    local = jax.tree.map(lambda x: x if x.is_fully_addressable else x.addressable_data(0),
-                         state.learner)
+    local = jax.tree.map(lambda x: x.addressable_data(0) if isinstance(x, jax.Array)
+                         and not x.is_fully_addressable else x, state.learner)
     return int(_nonfinite(local)) < 0
 
 

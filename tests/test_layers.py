@@ -20,7 +20,8 @@ LAYERS = [
     ["jaxrl_async.runners"],
     # run: one training run and what it leaves behind
     ["jaxrl_async.run.distributed", "jaxrl_async.run.compile_cache",
-     "jaxrl_async.run.evaluate_host", "jaxrl_async.run.sinks"],
+     "jaxrl_async.run.checkpoint_checks", "jaxrl_async.run.evaluate_host",
+     "jaxrl_async.run.sinks"],
     ["jaxrl_async.run.evaluate", "jaxrl_async.run.checkpoint", "jaxrl_async.run.config_files",
      "jaxrl_async.run.tracking"],
     ["jaxrl_async.run.train", "jaxrl_async.run"],

@@ -44,6 +44,18 @@ from jaxrl_async.cli.parsers import (  # noqa: F401 - the parsers, importable fr
     train_parser,
 )
 
+EXIT_DIVERGED = 3
+"""``train`` stopped because the run went NaN or inf (the newest finite checkpoint is kept)."""
+EXIT_INTERRUPTED = 130
+"""``train`` stopped by Ctrl-C after writing a final checkpoint (the shell's 128 + SIGINT)."""
+EXIT_PREEMPTED = 75
+"""``train`` stopped by SIGTERM (a scheduler's preemption notice) after writing a final
+checkpoint: resume it with ``--resume RUN_DIR``. A requeue script tests for this status. It is
+sysexits.h's ``EX_TEMPFAIL`` ("try again later"): not 0, which a scheduler counts as a job done
+(the run is not), not 1 or 2 (a crash, bad arguments: requeueing those would repeat them), and
+not 143 (128 + SIGTERM), what a process killed by SIGTERM before it could save returns, so
+that a requeue on 75 never loops over a run that saves nothing (docs/scaling.md)."""
+
 
 def cmd_train(argv: list[str]) -> int:
     args = _parse(train_parser(_algo_of(argv)), argv)
@@ -79,8 +91,6 @@ def _train(args: argparse.Namespace, tracker: Any, final_episodes: int) -> int:
     if args.extend and not args.resume:
         return _fail("--extend continues a run: it needs --resume RUN_DIR")
     if wants_distributed(args):  # before anything starts JAX's backend
-        if args.resume:
-            return _fail("--resume: multi-process runs write no checkpoints to resume")
         cpu_devices_for_roles(args)
         join_distributed(args)
     try:
@@ -109,13 +119,14 @@ def _train(args: argparse.Namespace, tracker: Any, final_episodes: int) -> int:
             print(f"  continue from it with: jaxrl-async train --resume {run_dir}  (the same "
                   "config repeats the same updates: for another outcome start a new run, e.g. "
                   "with a smaller --lr)", file=sys.stderr)
-        return 3
+        return EXIT_DIVERGED
     except TrainingInterrupted as e:
         done = int(e.result.state.update)
-        print(f"\ninterrupted after update {done} of {cfg.num_updates}; checkpoint written to "
+        why = "stopped by SIGTERM (preemption)" if e.preempted else "interrupted"
+        print(f"\n{why} after update {done} of {cfg.num_updates}; checkpoint written to "
               f"{run_dir / 'checkpoints' / str(done)}\n  continue with: jaxrl-async train "
               f"--resume {run_dir}", file=sys.stderr)
-        return 130
+        return EXIT_PREEMPTED if e.preempted else EXIT_INTERRUPTED
     except (CheckpointError, ValueError) as e:
         return _fail(e)
     s = summary(cfg, result)

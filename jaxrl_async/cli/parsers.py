@@ -142,7 +142,9 @@ def train_parser(algo: str) -> argparse.ArgumentParser:
                         help="continue the run in RUN_DIR from its newest checkpoint (its "
                              "config; only --checkpoint-every, --keep-checkpoints and "
                              "--tensorboard may be changed, and --total-timesteps: see "
-                             "--extend)")
+                             "--extend; a multi-process run: on as many processes, with as "
+                             "many devices each). A run stopped by SIGTERM exits with 75 "
+                             "after a final checkpoint: resume it (docs/checkpoints.md)")
     parser.add_argument("--extend", action="store_true",
                         help="with --resume and another --total-timesteps: re-plan the "
                              "schedules over the budget (lr annealing, epsilon decay) for the "
@@ -176,8 +178,9 @@ def add_distributed_options(parser: argparse.ArgumentParser, writes: str) -> Non
     multi.add_argument("--num-processes", type=int, default=None,
                        help="processes in the run (implies --distributed)")
     multi.add_argument("--process-id", type=int, default=None,
-                       help=f"this process's index, 0 writes {writes} "
-                            "(implies --distributed)")
+                       help=f"this process's index, 0 writes {writes}; every process "
+                            "writes its part of each checkpoint there, on a file system all "
+                            "hosts share (implies --distributed)")
 
 
 def sweep_parser(algo: str) -> argparse.ArgumentParser:

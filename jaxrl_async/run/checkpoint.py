@@ -21,7 +21,7 @@ by taking the restored state as ``run(cfg, key, callbacks, state=restored)``.
 
 from __future__ import annotations
 
-import dataclasses
+import itertools
 import warnings
 from pathlib import Path
 from typing import Any
@@ -31,20 +31,21 @@ import numpy as np
 
 from jaxrl_async import runners
 from jaxrl_async.config.shared import to_dict
+from jaxrl_async.run.checkpoint_checks import (  # noqa: F401 - importable from here as before
+    CHECKPOINTS,
+    FORMAT,
+    INCOMPLETE,
+    CheckpointError,
+    _check_format,
+    check_layout,
+    checkpoint_dir,
+    config_differences,
+    incomplete,
+    layout,
+    no_checkpoint,
+)
 from jaxrl_async.runners import divergence
 from jaxrl_async.runners.state import Callbacks, RunState
-
-CHECKPOINTS = "checkpoints"
-INCOMPLETE = ".orbax-checkpoint-tmp"
-"""In the name of a checkpoint directory whose write has not finished (orbax's)."""
-
-# The layout of a checkpoint (``meta["format"]``); restoring refuses any other. 1: the first
-# numbered layout (checkpoints written before it have no ``format`` and are refused as older).
-FORMAT = 1
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be restored: missing, corrupt, or made by another config."""
 
 
 # --------------------------------------------------------------------------- state <-> arrays
@@ -84,13 +85,19 @@ def _flat(nested: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], An
 
 
 def to_arrays(state: RunState) -> tuple[dict, dict[str, str]]:
-    """Host copies of every leaf as a nested dict keyed by pytree path, keys as key data; and
-    the PRNG implementation of each key leaf."""
+    """Every leaf as a nested dict keyed by pytree path, keys as key data; and the PRNG
+    implementation of each key leaf. Host copies of the leaves this process holds whole; a
+    multi-process run's global arrays (split over the processes, or replicated over them) stay
+    jax arrays, which orbax writes shard by shard, each process its own (a replicated one
+    once)."""
     leaves = jax.tree.leaves(state)
     impls = {"/".join(p): str(jax.random.key_impl(x))
              for p, x in zip(_paths(state), leaves) if _is_key(x)}
-    host = jax.device_get([jax.random.key_data(x) if _is_key(x) else x for x in leaves])
-    return _nest({p: np.array(x) for p, x in zip(_paths(state), host)}), impls
+    data = [jax.random.key_data(x) if _is_key(x) else x for x in leaves]
+    local = [not isinstance(x, jax.Array) or x.is_fully_addressable for x in data]
+    host = iter(jax.device_get([x for x, here in zip(data, local) if here]))
+    values = [np.array(next(host)) if here else x for x, here in zip(data, local)]
+    return _nest(dict(zip(_paths(state), values))), impls
 
 
 def abstract_state(cfg: Any) -> RunState:
@@ -110,19 +117,35 @@ def _template(cfg: Any) -> tuple[RunState, dict[tuple[str, ...], jax.ShapeDtypeS
 
 
 # --------------------------------------------------------------------------- manager
-def checkpoint_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / CHECKPOINTS
+_WRITERS = itertools.count()  # writing managers made by this process
 
 
 def _manager(run_dir: str | Path, *, read_only: bool, keep: int | None = None):
     """An orbax manager; ``read_only`` ones are only used to read (orbax's own read-only mode
     logs warnings on every use, so it is not set). A writing one first removes the
-    directories of interrupted writes."""
+    directories of interrupted writes.
+
+    In a multi-process run every process makes the writing manager and saves with it, into
+    the same directory (a file system all hosts share); orbax's barriers then go through the
+    coordination service of ``jax.distributed`` (``active_processes``: all of them), not
+    through a device collective that could interleave with the runner's own. A reading one
+    belongs to its process alone (no barrier: one process may read while the others do not)."""
     import orbax.checkpoint as ocp
 
+    me, count = jax.process_index(), jax.process_count()
+    processes = {me} if read_only else set(range(count))
+    # orbax names its barriers by step: a prefix of their own for each writing manager (every
+    # process makes them in the same order), so two runs' "save 4" barriers never meet
+    multi = ocp.options.MultiprocessingOptions(
+        primary_host=me if read_only else 0, active_processes=processes if count > 1 else None,
+        barrier_sync_key_prefix=None if read_only else f"jaxrl_async_{next(_WRITERS)}")
+    create = not read_only
+    if create and count > 1:  # orbax leaves this to the caller with ``active_processes``
+        checkpoint_dir(run_dir).mkdir(parents=True, exist_ok=True)
+        create = False
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep, create=not read_only, enable_async_checkpointing=not read_only,
-        cleanup_tmp_directories=not read_only,
+        max_to_keep=keep, create=create, enable_async_checkpointing=not read_only,
+        cleanup_tmp_directories=not read_only, multiprocessing_options=multi,
     )
     handlers = {"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
     return ocp.CheckpointManager(checkpoint_dir(run_dir).absolute(), options=options,
@@ -140,30 +163,26 @@ def steps(run_dir: str | Path) -> list[int]:
         manager.close()
 
 
-def incomplete(run_dir: str | Path) -> list[Path]:
-    """The directories of checkpoint writes that did not finish (the process died or the disk
-    filled while writing): never restored from; removed by the next write."""
-    where = checkpoint_dir(run_dir)
-    return sorted(p for p in where.iterdir() if INCOMPLETE in p.name) if where.is_dir() else []
-
-
 def save(manager: Any, state: RunState, cfg: Any, update: int) -> None:
     """Write ``state`` as checkpoint ``update`` (orbax writes in the background; the arrays are
     copied to the host first, so the caller may donate ``state`` right after)."""
     import orbax.checkpoint as ocp
 
     arrays, impls = to_arrays(state)
-    meta = {"format": FORMAT, "config": to_dict(cfg), "update": update, "key_impls": impls}
+    meta = {"format": FORMAT, "config": to_dict(cfg), "update": update, "key_impls": impls,
+            "layout": layout()}
     manager.save(update, args=ocp.args.Composite(
         state=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)), force=True)
 
 
 def restore(run_dir: str | Path, cfg: Any, step: int | None = None, *,
-            budget_may_differ: bool = False) -> RunState:
+            budget_may_differ: bool = False, same_layout: bool = False) -> RunState:
     """The run state saved in ``run_dir`` (the newest checkpoint, or ``step``), checked against
     ``cfg`` (``budget_may_differ``: but for ``total_timesteps``, the state's shapes do not
-    depend on it). Reads only: on any problem it raises ``CheckpointError`` saying what is
-    wrong."""
+    depend on it; ``same_layout``: and against this run's process x device layout, which a
+    resumed multi-process run must keep). Reads only: on any problem it raises
+    ``CheckpointError`` saying what is wrong. Every process reads the whole state (host
+    arrays, all envs); the runner puts each process's part on its devices."""
     import orbax.checkpoint as ocp
 
     available = steps(run_dir)
@@ -189,6 +208,8 @@ def restore(run_dir: str | Path, cfg: Any, step: int | None = None, *,
             raise CheckpointError(f"checkpoint {where} is corrupt or unreadable: "
                                   f"{type(e).__name__}: {e}") from e
         _check_compatible(where, meta, stored, expected, cfg, budget_may_differ)
+        if same_layout:
+            check_layout(where, meta)
         template = _nest({p: np.empty(x.shape, x.dtype) for p, x in expected.items()})
         try:
             arrays = manager.restore(step, args=ocp.args.Composite(
@@ -207,17 +228,6 @@ def restore(run_dir: str | Path, cfg: Any, step: int | None = None, *,
             value = jax.random.wrap_key_data(value, impl=meta["key_impls"]["/".join(path)])
         leaves.append(value)
     return jax.tree.unflatten(jax.tree.structure(abstract), leaves)
-
-
-def _check_format(where: Path, meta: dict) -> None:
-    """``CheckpointError`` unless ``meta`` is of this version's checkpoint ``FORMAT``."""
-    found = meta.get("format", 0) if isinstance(meta, dict) else 0
-    if found != FORMAT:
-        by = "an older" if isinstance(found, int) and found < FORMAT else "another"
-        raise CheckpointError(
-            f"checkpoint {where} was written by {by} version of jaxrl_async (checkpoint format "
-            f"{found!r}{', unnumbered' if found == 0 else ''}); this version reads format "
-            f"{FORMAT}: restore it with the version that wrote it, or train anew")
 
 
 def _check_compatible(where: Path, meta: dict, stored: dict, expected: dict, cfg: Any,
@@ -242,56 +252,6 @@ def _check_compatible(where: Path, meta: dict, stored: dict, expected: dict, cfg
         shown = "; ".join(problems[:5]) + (f" (and {len(problems) - 5} more)"
                                            if len(problems) > 5 else "")
         raise CheckpointError(f"checkpoint {where} does not fit {type(cfg).__name__}: {shown}")
-
-
-def config_differences(saved: dict, cfg: Any, *, budget_may_differ: bool = False) -> list[str]:
-    """``field: saved -> now`` for every training field where ``saved`` (a ``to_dict``) and
-    ``cfg`` differ; the ``io_fields`` (where and how often to write) may differ, and
-    ``total_timesteps`` with ``budget_may_differ``."""
-    now = to_dict(cfg)
-    ignore = set(getattr(cfg, "io_fields", ())) | ({"total_timesteps"} if budget_may_differ
-                                                    else set())
-    # a field newer than the saved config held its default there (as the run trained)
-    defaults = {f.name: list(f.default) if isinstance(f.default, tuple) else f.default
-                for f in dataclasses.fields(cfg) if f.name not in saved}
-    saved = {**defaults, **saved}
-    keys = (saved.keys() | now.keys()) - ignore
-    return [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(keys)
-            if saved.get(k) != now.get(k)]
-
-
-def no_checkpoint(run_dir: str | Path) -> str:
-    """``no checkpoint in RUN_DIR/checkpoints: <why>``, the why read off the run directory."""
-    import json
-
-    run_dir = Path(run_dir)
-    where = f"no checkpoint in {checkpoint_dir(run_dir)}"
-    partial = incomplete(run_dir)
-    if partial:
-        return (f"{where}: the only write was interrupted before it was complete "
-                f"({partial[-1].name}); train the run anew")
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        summary = None
-    try:
-        every = json.loads((run_dir / "config.json").read_text()).get("checkpoint_every", 0)
-    except (OSError, ValueError, AttributeError):
-        every = None
-    if isinstance(summary, dict) and summary.get("diverged"):
-        update = summary["diverged"].get("update")
-        return (f"{where}: the run diverged at update {update} before its first checkpoint (a "
-                "diverged state is never saved); train it anew, e.g. with a smaller lr")
-    if isinstance(summary, dict):
-        return (f"{where}: the run ended without writing one (a multi-process run writes none; "
-                "so did host-env runs of earlier versions); train it anew")
-    if (run_dir / "metrics.jsonl").exists():
-        first = (f"the first was due after update {every}" if every else
-                 "with checkpoint_every=0 the only one is written at the end of training or on "
-                 "Ctrl-C")
-        return (f"{where}: the run stopped (killed, or it is still running) before its first "
-                f"checkpoint ({first}); train it anew, with checkpoint_every=N to keep some")
-    return f"{where}: the run has written nothing yet"
 
 
 def check_resume(run_dir: str | Path, saved: Any, cfg: Any, extend: bool = False) -> None:
@@ -331,8 +291,13 @@ def _nonfinite(learner: Any) -> jax.Array:
 
 
 def finite(state: RunState) -> bool:
-    """Whether the learner state (params, optimizer state; replay buffers aside) is finite."""
-    return int(_nonfinite(state.learner)) < 0
+    """Whether the learner state (params, optimizer state; replay buffers aside) is finite.
+    In a multi-process run on this process's copy of each leaf (no program over other
+    processes' devices: the answer is the same in all of them, the parts it checks being
+    replicated)."""
+    local = jax.tree.map(lambda x: x.addressable_data(0) if isinstance(x, jax.Array)
+                         and not x.is_fully_addressable else x, state.learner)
+    return int(_nonfinite(local)) < 0
 
 
 # --------------------------------------------------------------------------- the sink

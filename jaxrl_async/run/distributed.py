@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 
 import jax
+import numpy as np
 
 
 def initialize(
@@ -68,3 +69,25 @@ def shutdown() -> None:
     """Leave the distributed run (safe to call when it was never initialised)."""
     if jax.process_count() > 1:
         jax.distributed.shutdown()
+
+
+TEXT_BYTES = 4096
+
+
+def broadcast_text(text: str | None) -> str | None:
+    """The main process's ``text`` in every process (``None`` stays ``None``); ``text`` itself
+    in a one-process run. Every process must call it at the same point (a collective: before
+    the runner's threads start)."""
+    if jax.process_count() == 1:
+        return text
+    from jax.experimental import multihost_utils
+
+    data = b"" if text is None else b"\x01" + text.encode()
+    if len(data) > TEXT_BYTES:
+        raise ValueError(f"broadcast_text: at most {TEXT_BYTES - 1} bytes, got {len(data) - 1}")
+    buffer = np.zeros(TEXT_BYTES + 4, np.uint8)
+    buffer[:4] = np.frombuffer(np.uint32(len(data)).tobytes(), np.uint8)
+    buffer[4:4 + len(data)] = np.frombuffer(data, np.uint8)
+    got = np.asarray(multihost_utils.broadcast_one_to_all(buffer))
+    size = int(np.frombuffer(got[:4].tobytes(), np.uint32)[0])
+    return got[5:4 + size].tobytes().decode() if size else None

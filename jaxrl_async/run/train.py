@@ -20,9 +20,11 @@ from jaxrl_async.config.shared import to_dict
 from jaxrl_async.envs import env_spec
 from jaxrl_async.run import checkpoint, compile_cache, config_files, sinks
 from jaxrl_async.run.checkpoint import CheckpointError
+from jaxrl_async.run.distributed import broadcast_text
 from jaxrl_async.runners import sync
 from jaxrl_async.runners.state import (
     Callbacks,
+    StopOnInterrupt,
     TrainingDiverged,
     TrainingInterrupted,
     TrainResult,
@@ -129,8 +131,10 @@ def train(
 
     With ``run_dir``, writes there ``config.json``, ``metrics.jsonl``, ``metrics.csv``,
     TensorBoard events (``cfg.tensorboard``), checkpoints (every ``cfg.checkpoint_every``
-    updates and at the end), ``learning_curve.png`` and ``summary.json`` (the main process
-    only, in a distributed run; checkpoints are not written in multi-process runs yet).
+    updates and at the end), ``learning_curve.png`` and ``summary.json``. In a multi-process
+    run the main process's ``run_dir`` and ``resume`` count (the others' are ignored); the
+    main process writes the files, and every process writes its part of each checkpoint there
+    (a file system all hosts share).
 
     ``resume=RUN_DIR`` continues that run from its newest checkpoint, in that directory
     (``cfg`` defaults to the run's own; only its ``io_fields`` and ``total_timesteps`` may
@@ -141,8 +145,12 @@ def train(
     missing, corrupt or incompatible checkpoint or config) raises ``CheckpointError`` before
     any file is changed.
 
-    Ctrl-C finishes the chunk in flight, writes a final checkpoint (with ``run_dir``) and
-    raises ``TrainingInterrupted`` (a ``KeyboardInterrupt``) holding the partial result.
+    Ctrl-C or SIGTERM (a scheduler's preemption notice), at any time in the run, finishes the
+    chunk in flight, writes a final checkpoint (with ``run_dir``) and raises
+    ``TrainingInterrupted`` (a ``KeyboardInterrupt``) holding the partial result, its
+    ``signal`` saying which. In a multi-process run a signal to any process stops every
+    process after the same update, and they write one checkpoint together. A multi-process run
+    resumes on the process x device layout that wrote it (``CheckpointError`` otherwise).
 
     A NaN or inf in an update's loss metrics, params or optimizer state stops the run at the
     end of that log chunk with ``TrainingDiverged`` (the update, what went non-finite, the
@@ -150,9 +158,18 @@ def train(
     diverged state is never saved).
     """
     check_seed(seed)
+    # Signals from here to the last checkpoint write stop the run cleanly (the runner's own
+    # StopOnInterrupt is this one): one that comes while it restores or compiles stops it
+    # after its first chunk.
+    with StopOnInterrupt():
+        return _train(cfg, seed, run_dir, resume, extend, progress, callbacks)
+
+
+def _train(cfg: Any, seed: int, run_dir: str | Path | None, resume: str | Path | None,
+           extend: bool, progress: bool, callbacks: Sequence[Callbacks]) -> TrainResult:
+    resume, run_dir = _main_process_dirs(resume, run_dir)
     state, earlier = None, {}
     if resume is not None:
-        resume = Path(resume)
         saved = load_config(resume)
         cfg = saved if cfg is None else cfg
         if type(saved) is not type(cfg):
@@ -164,7 +181,8 @@ def train(
             raise CheckpointError(f"a resumed run writes to its own directory {resume}, "
                                   f"not {run_dir}")
         run_dir = resume
-        state = checkpoint.restore(resume, cfg, budget_may_differ=True)  # writes nothing
+        state = checkpoint.restore(resume, cfg, budget_may_differ=True,  # writes nothing
+                                   same_layout=True)
         seed = json.loads((resume / "config.json").read_text()).get("seed", seed)
         done = int(state.update)  # at most cfg.num_updates (check_resume)
         earlier = sinks.read_metrics(resume / "metrics.jsonl", up_to=done)
@@ -172,15 +190,12 @@ def train(
             sinks.truncate_metrics(resume, done)
     elif cfg is None:
         raise ValueError("train() needs a config, or resume=RUN_DIR")
-    elif run_dir is not None and jax.process_index() == 0 and _holds_a_run(Path(run_dir)):
-        # only the main process writes it (the others may see what it wrote: a shared disk)
-        raise ValueError(f"{run_dir} already holds a run; continue it with resume={run_dir!r} "
-                         "or choose another run directory")
 
     warn_partial_update(cfg)
     compile_cache.default_compile_cache()  # compiled programs kept across processes
     writers: list[Any] = []
-    if jax.process_index() != 0:  # in a distributed run only the main process writes
+    checkpoints_to = run_dir  # every process writes its part of each checkpoint
+    if jax.process_index() != 0:  # in a distributed run only the main process writes files
         run_dir, progress = None, False
     if run_dir is not None:
         run_dir = Path(run_dir)
@@ -190,10 +205,8 @@ def train(
                     sinks.CsvSink(run_dir / "metrics.csv")]
         if cfg.tensorboard:
             writers.append(sinks.TensorBoardSink(run_dir / "tensorboard"))
-        if jax.process_count() > 1:  # the env states live on every process: a save needs them
-            warnings.warn("checkpoints are not written in multi-process runs yet", stacklevel=2)
-        else:
-            writers.append(checkpoint.CheckpointSink(run_dir, cfg))
+    if checkpoints_to is not None:
+        writers.append(checkpoint.CheckpointSink(checkpoints_to, cfg))
     if progress:
         writers.append(sinks.ProgressBar(cfg.num_updates * cfg.steps_per_update,
                                          cfg.steps_per_update, desc=f"{cfg.name} {cfg.env}"))
@@ -221,7 +234,7 @@ def train(
     finally:
         fanout.close()  # waits for checkpoint writes, also when interrupted or failed
     if interrupted is not None:
-        raise TrainingInterrupted(result) from None
+        raise TrainingInterrupted(result, interrupted.signal) from None
     if diverged is not None:
         diverged.result = result
         if run_dir is not None:
@@ -230,6 +243,27 @@ def train(
             diverged.last_checkpoint = finite[-1] if finite else None
         raise diverged
     return result
+
+
+def _main_process_dirs(resume: str | Path | None, run_dir: str | Path | None
+                       ) -> tuple[Path | None, str | Path | None]:
+    """(resume, run_dir): the main process's, in every process of a multi-process run (each
+    process writes its part of a checkpoint there; they may have been handed other paths, e.g.
+    a default run directory stamped with another second). ``ValueError`` in every process when
+    the main process's ``run_dir`` already holds a run (only it looks: the others may see what
+    it writes on a shared disk)."""
+    refusal = None
+    if (resume is None and run_dir is not None and jax.process_index() == 0
+            and _holds_a_run(Path(run_dir))):
+        refusal = (f"{run_dir} already holds a run; continue it with resume={str(run_dir)!r} "
+                   "or choose another run directory")
+    if jax.process_count() > 1:
+        text = json.dumps([None if x is None else str(x) for x in (resume, run_dir)]
+                          + [refusal])
+        resume, run_dir, refusal = json.loads(broadcast_text(text))
+    if refusal:
+        raise ValueError(refusal)
+    return (None if resume is None else Path(resume)), run_dir
 
 
 def _holds_a_run(run_dir: Path) -> bool:

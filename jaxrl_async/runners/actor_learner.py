@@ -60,6 +60,7 @@ from jaxrl_async.runners.placement import (
     layout,
     learner_state_spec,
     local_copy,
+    over_processes,
     place_tree,
     put_global,
     to_learner,
@@ -101,10 +102,14 @@ def actor_loop(cfg: Any, stream: Stream, program: Callable, carry: EnvCarry, run
 
 def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, where: Layout,
                  pipeline: Pipeline, actor_stats: list[RoleStats], stats: RoleStats,
-                 events: queue.Queue, versions: dict[int, jax.Array]) -> None:
+                 events: queue.Queue, versions: dict[int, jax.Array],
+                 stop: StopOnInterrupt) -> None:
     """Updates ``first ... num_updates - 1``, taking tickets in order; publishes params every
     ``sync_every`` updates; sends a ``Chunk`` of metrics every ``log_every`` updates.
-    ``versions``: the packed params by version, from those published at the start."""
+    ``versions``: the packed params by version, from those published at the start. Stops
+    after a chunk where ``stop.agreed`` says so (``Chunk.last``): here, in the thread that
+    runs the learner's collectives, so every process's learner stops after the same update
+    and none is left waiting in a collective for the others."""
     runner, num_streams = cfg.runner, cfg.runner.num_streams
     taken, dropped = [0] * num_streams, 0  # rollouts taken, per stream
 
@@ -147,8 +152,9 @@ def learner_loop(cfg: Any, programs: Programs, state: RunState, first: int, wher
             actor_busy = np.mean([s.busy_s - b for s, b in zip(actor_stats, actor_busy)])
             chunk.host_rows["actor_busy"] = [float(actor_busy) / wall] * n
             behaviour = versions[oldest] if runner.deterministic else ()
-            events.put(("chunk", chunk._replace(state=state, behaviour=behaviour)))
-            if diverged(chunk):  # the caller raises TrainingDiverged; no further update
+            last = update + 1 < cfg.num_updates and stop.agreed(update + 1)
+            events.put(("chunk", chunk._replace(state=state, behaviour=behaviour, last=last)))
+            if last or diverged(chunk):  # the caller raises TrainingInterrupted or Diverged
                 return
             chunk = new_chunk(update + 1)
 
@@ -225,8 +231,10 @@ def run(
     ``actor_busy``/``learner_busy`` (fraction of wall time each role computed, per log chunk),
     ``dropped_batches`` (so far) and ``queue_depth`` (batches waiting when the learner took its
     last); the last three are wall-clock measurements, not part of the run's outcome.
-    ``callbacks.on_state`` gets the run state after every log chunk. Ctrl-C stops after the
-    chunk in flight, with ``on_state(final=True)``, and raises ``TrainingInterrupted``. Host envs
+    ``callbacks.on_state`` gets the run state after every log chunk (in a multi-process run
+    its leaves are global arrays, the envs split over the processes). Ctrl-C or SIGTERM stops
+    after the chunk in flight, with ``on_state(final=True)``, and raises
+    ``TrainingInterrupted``. Host envs
     (``env="gymnasium:..."``/``"envpool:..."``) run in ``host_actors.run`` (``runners.run``
     picks)."""
     try:
@@ -260,7 +268,7 @@ def _run(cfg: Any, key: jax.Array, callbacks: Callbacks, state: RunState | None,
     def env_state(pipeline: Pipeline, done: int) -> Any:  # [num_envs, ...] on the host
         exact = cfg.runner.deterministic
         parts = jax.device_get([pipeline.snapshot(store, done, exact) for store in snapshots])
-        return jax.tree.map(_concatenate, *parts)
+        return over_processes(jax.tree.map(_concatenate, *parts))
 
     try:
         return drive(cfg, setup, callbacks, compile_s, actors, env_state)
@@ -292,25 +300,24 @@ def drive(cfg: Any, setup: Setup, callbacks: Callbacks, compile_s: float,
         # could push out the older acting version before its last rollout fetched it)
         if not runner.deterministic or publishes(runner, version):
             publish(versions[version], where, pipeline, version)
-    threads = [role_thread(f"actor-{s.index}", events, pipeline, target, *args)
-               for s, (target, args) in zip(where.streams, actors(pipeline, actor_stats))]
-    threads.append(role_thread("learner", events, pipeline, learner_loop, cfg, programs,
-                           setup.learner_state, first, where, pipeline, actor_stats,
-                           learner_stats, events, versions))
-    del setup, versions  # the threads own their buffers now
-
     rows: list[dict] = []
-    try:
-        callbacks.on_start(first)
-        with StopOnInterrupt() as stop:
+    with StopOnInterrupt() as stop:
+        threads = [role_thread(f"actor-{s.index}", events, pipeline, target, *args)
+                   for s, (target, args) in zip(where.streams, actors(pipeline, actor_stats))]
+        threads.append(role_thread("learner", events, pipeline, learner_loop, cfg, programs,
+                                   setup.learner_state, first, where, pipeline, actor_stats,
+                                   learner_stats, events, versions, stop))
+        del setup, versions  # the threads own their buffers now
+        try:
+            callbacks.on_start(first)
             start = time.perf_counter()
             for thread in threads:
                 thread.start()
             final = supervise(cfg, threads, events, callbacks, programs.metric_names, rows,
-                              functools.partial(env_state, pipeline), stop, programs.watched)
+                              functools.partial(env_state, pipeline), programs.watched)
             train_s = time.perf_counter() - start
-    finally:
-        shut_down(pipeline, threads)
+        finally:
+            shut_down(pipeline, threads)
     # Counted once the actors have stopped: an actor counts a rollout after handing it over,
     # so the learner can train on the last one before its actor has counted it.
     collected = sum(s.rollouts for s in actor_stats) * where.per_stream * cfg.num_steps
@@ -331,7 +338,7 @@ def drive(cfg: Any, setup: Setup, callbacks: Callbacks, compile_s: float,
     }
     result = TrainResult(final, metrics, timing)
     if done < cfg.num_updates:
-        raise TrainingInterrupted(result)
+        raise TrainingInterrupted(result, stop.signal)
     return result
 
 

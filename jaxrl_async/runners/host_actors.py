@@ -67,6 +67,7 @@ from jaxrl_async.runners.placement import (
     Stream,
     layout,
     learner_state_spec,
+    over_processes,
     place_tree,
     put_global,
 )
@@ -176,8 +177,9 @@ def _run(cfg: Any, key: jax.Array, callbacks: Callbacks, state: RunState | None,
         def env_state(pipeline: Pipeline, done: int) -> HostEnvState:
             exact = cfg.runner.deterministic
             parts = [pipeline.snapshot(store, done, exact) for store in snapshots]
-            return HostEnvState(env.seeds, jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
-                                if env.normalizer != () else ())
+            return HostEnvState(env.seeds, over_processes(  # seeds: every process has all
+                jax.tree.map(lambda *xs: np.concatenate(xs), *parts))
+                if env.normalizer != () else ())
 
         result = drive(cfg, setup, callbacks, compile_s, actors, env_state)
         failed = False

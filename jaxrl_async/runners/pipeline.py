@@ -13,8 +13,9 @@ and the threads' supervision and shutdown.
   windows do not cross: ``Trajectory.step``) or, with ``stale_policy="correct"``, never
   collected (the actor waits).
 - **Shutdown.** Any exception in any thread stops the pipeline; every thread is joined and the
-  exception re-raised in the caller with its traceback; Ctrl-C finishes the chunk in flight,
-  hands its state to ``on_state(final=True)`` and raises ``TrainingInterrupted``.
+  exception re-raised in the caller with its traceback; Ctrl-C or SIGTERM: the learner
+  finishes the chunk in flight (every process's learner the same one, ``StopOnInterrupt``), the
+  caller hands its state to ``on_state(final=True)`` and raises ``TrainingInterrupted``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from jaxrl_async.runners.placement import Stream
 from jaxrl_async.runners.state import (
     Callbacks,
     RunState,
-    StopOnInterrupt,
     TrainingDiverged,
     TrainResult,
 )
@@ -216,6 +216,7 @@ class Chunk(NamedTuple):
     busy: tuple[float, list[float]]  # learner and actor busy seconds when it began
     state: RunState | None = None  # env=(): the learner's part of the run state
     behaviour: Any = ()  # deterministic mode: the packed params acting next (``acting_version``)
+    last: bool = False  # the learner stops after it (``StopOnInterrupt.agreed``)
 
 
 def role_thread(role: str, events: queue.Queue, pipeline: Pipeline, target: Callable,
@@ -239,10 +240,11 @@ def _guarded(events: queue.Queue, pipeline: Pipeline, target: Callable, *args: A
 
 def supervise(cfg: Any, threads: list[threading.Thread], events: queue.Queue,
                callbacks: Callbacks, names: tuple[str, ...], rows: list[dict],
-               env_state: Callable[[int], Any], stop: StopOnInterrupt,
+               env_state: Callable[[int], Any],
                watched: tuple[str, ...] = ()) -> RunState:
     """The calling thread's part: deliver metrics and the run state after each chunk to the
-    callbacks, until the learner's last chunk or, after a Ctrl-C, the next chunk; re-raise the
+    callbacks, until the learner's last chunk (the end, or where it stopped on a signal:
+    ``Chunk.last``); re-raise the
     first exception of any thread; raise ``TrainingDiverged`` (``watched``: what the metrics
     vectors' divergence entry indexes) after a chunk with a non-finite update. Waits with a
     timeout, so signals get through."""
@@ -265,7 +267,7 @@ def supervise(cfg: Any, threads: list[threading.Thread], events: queue.Queue,
                                    cfg.num_updates)
         done = payload.first + len(payload.device_rows)
         state = payload.state._replace(env=env_state(done), behaviour_params=payload.behaviour)
-        final = done == cfg.num_updates or stop.requested
+        final = done == cfg.num_updates or payload.last
         callbacks.on_state(state, final=final, update=done)
         if final:
             return state

@@ -221,6 +221,30 @@ def put_global(tree: Any, sharding: Any) -> Any:
     return jax.tree.map(put, tree)
 
 
+def over_processes(tree: Any) -> Any:
+    """This process's rows of a run-wide tree (host arrays with the env axis first: the
+    process's share of the envs) as global arrays split over the processes in process order,
+    one device each, so a checkpoint holds every process's envs; ``tree`` itself in a
+    single-process run."""
+    if jax.process_count() == 1:
+        return tree
+    first: dict[int, Any] = {}
+    for d in sorted(jax.devices(), key=lambda d: d.id):
+        first.setdefault(d.process_index, d)
+    sharding = NamedSharding(Mesh(np.array([first[p] for p in sorted(first)]), ("processes",)),
+                             P("processes"))
+
+    def put(x: Any) -> jax.Array:
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            return jax.random.wrap_key_data(put(jax.random.key_data(x)),
+                                            impl=jax.random.key_impl(x))
+        host = np.asarray(x)
+        return jax.make_array_from_process_local_data(
+            sharding, host, (host.shape[0] * len(first), *host.shape[1:]))
+
+    return jax.tree.map(put, tree)
+
+
 def local_copy(x: jax.Array) -> jax.Array:
     """This process's copy of a replicated array (itself, in a single-process run)."""
     return x if x.is_fully_addressable else x.addressable_data(0)

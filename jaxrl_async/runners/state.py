@@ -1,16 +1,16 @@
 """What a run is and what it reports, under either runner: the run state (checkpointed whole),
-the result, the callbacks a host-level runner calls at its edge, and Ctrl-C handling."""
+the result, the callbacks a host-level runner calls at its edge, and how a run stops on Ctrl-C or
+SIGTERM (``stopping``)."""
 
 from __future__ import annotations
 
-import signal
-import threading
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
 from jaxrl_async.runners.rollout import EnvCarry
+from jaxrl_async.runners.stopping import StopOnInterrupt  # noqa: F401 - importable from here
 
 
 class RunState(NamedTuple):
@@ -70,11 +70,19 @@ class Callbacks:
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Raised by a runner stopped by Ctrl-C, after its callbacks saw the final state."""
+    """Raised by a runner stopped by Ctrl-C or SIGTERM, after its callbacks saw the final state
+    (``jra.train``: after the final checkpoint is written). ``signal``: ``"SIGINT"`` (Ctrl-C)
+    or ``"SIGTERM"`` (a scheduler's preemption notice; in a multi-process run, the signal any
+    process got); ``preempted``: whether it was SIGTERM."""
 
-    def __init__(self, result: TrainResult):
-        super().__init__(f"training stopped by Ctrl-C after update {int(result.state.update)}")
-        self.result = result
+    def __init__(self, result: TrainResult, signal: str | None = "SIGINT"):
+        self.result, self.signal = result, signal or "SIGINT"
+        what = "Ctrl-C" if self.signal == "SIGINT" else f"{self.signal} (preemption)"
+        super().__init__(f"training stopped by {what} after update {int(result.state.update)}")
+
+    @property
+    def preempted(self) -> bool:
+        return self.signal == "SIGTERM"
 
 
 class TrainingDiverged(RuntimeError):
@@ -107,32 +115,3 @@ class TrainingDiverged(RuntimeError):
                 text += (f"; the last finite checkpoint is update {self.last_checkpoint} in "
                          f"{self.run_dir}/checkpoints/{self.last_checkpoint}")
         return text
-
-
-class StopOnInterrupt:
-    """Ctrl-C handling for every host-level runner (the one place it lives).
-
-    Inside ``with StopOnInterrupt() as stop:`` the first SIGINT only sets ``stop.requested``;
-    the runner then finishes the chunk in flight, passes its state to
-    ``callbacks.on_state(..., final=True)`` (so a checkpoint sink writes it), delivers the
-    metrics, and raises ``TrainingInterrupted``. A second Ctrl-C raises ``KeyboardInterrupt`` at
-    once. Outside the main thread (where Python cannot take signals) it never triggers.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous: Any = None
-
-    def __enter__(self) -> StopOnInterrupt:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)

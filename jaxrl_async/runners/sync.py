@@ -40,6 +40,7 @@ from jaxrl_async.runners.common import (
     with_evaluation,
 )
 from jaxrl_async.runners.common import spmd as common_spmd
+from jaxrl_async.runners.placement import put_global
 from jaxrl_async.runners.state import (
     Callbacks,
     RunState,
@@ -130,9 +131,11 @@ def run(
     state: RunState | None = None,
 ) -> TrainResult:
     """Host-level loop: the same updates in chunks of ``cfg.log_every``, metrics fetched while
-    the next chunk runs (no host round trip per update). ``state``: continue from it (a
-    restored checkpoint) instead of a fresh init. Ctrl-C stops after the chunk in flight, with
-    ``on_state(final=True)``, and raises ``TrainingInterrupted`` (see ``StopOnInterrupt``)."""
+    the next chunk runs (no host round trip per update; but for a chunk that ends at a
+    checkpoint, ``checkpoint_due``). ``state``: continue from it (a
+    restored checkpoint) instead of a fresh init. Ctrl-C or SIGTERM stops after the chunk in
+    flight (in every process of a multi-process run at once), with ``on_state(final=True)``,
+    and raises ``TrainingInterrupted`` (see ``StopOnInterrupt``)."""
     callbacks = callbacks or Callbacks()
     check_devices("num_devices", cfg.runner.num_devices, cfg, local=False)
     start = time.perf_counter()
@@ -161,7 +164,10 @@ def run(
             if pending is not None:
                 _deliver(pending, callbacks, rows, cfg, state)
             pending, end = (begin, n, buffers, flag), begin + n
-            final = end == cfg.num_updates or stop.requested
+            final = end == cfg.num_updates or stop.agreed(end)  # every process the same
+            if final or checkpoint_due(cfg, begin, end):  # its metrics before its checkpoint
+                _deliver(pending, callbacks, rows, cfg, state)  # (which waits for it anyway)
+                pending = None
             callbacks.on_state(state, final=final, update=end)
             if final:
                 break
@@ -175,8 +181,17 @@ def run(
     timing = {"compile_s": compile_s, "train_s": train_s, "sps": steps / max(train_s, 1e-9)}
     result = TrainResult(state, metrics, timing)
     if end < cfg.num_updates:
-        raise TrainingInterrupted(result)
+        raise TrainingInterrupted(result, stop.signal)
     return result
+
+
+def checkpoint_due(cfg: Any, begin: int, end: int) -> bool:
+    """Whether the chunk of updates ``begin + 1 ... end`` reaches a multiple of
+    ``checkpoint_every`` (where a checkpoint sink writes the state after it). Its metrics are
+    then delivered before its state, so a checkpoint never holds updates that
+    ``metrics.jsonl`` does not (a run killed right after one resumes with every row)."""
+    every = cfg.checkpoint_every
+    return bool(every) and end // every > begin // every
 
 
 def hyperparameters(cfg: Any) -> Any:
@@ -242,7 +257,7 @@ def place(state: RunState, prog: Program) -> RunState:
     if prog.num_devices == 1:
         return jax.device_put(state, jax.local_devices()[0])
     mesh = Mesh(np.array(jax.devices()[:prog.num_devices]), (AXIS,))
-    return jax.tree.map(lambda spec, sub: jax.device_put(sub, NamedSharding(mesh, spec)),
+    return jax.tree.map(lambda spec, sub: put_global(sub, NamedSharding(mesh, spec)),
                         prog.state_spec, state, is_leaf=lambda x: isinstance(x, P))
 
 

@@ -50,6 +50,10 @@ def population_parser(kind: str, algo: str) -> argparse.ArgumentParser:
                         help="what ranks the members: the mean return of the episodes that "
                              "ended since the last exploit step, or the last evaluation in it "
                              "(needs --eval-every) (default: return)")
+    parser.add_argument("--devices", type=int, default=None,
+                        help="devices to shard the members over (default: all, of every "
+                             "process under jax.distributed; the members must divide over "
+                             "them; with --resume: as many as the checkpoint's run had)")
     parser.add_argument("--checkpoint-segments", type=int, default=None, metavar="K",
                         help="checkpoint the population every K segments (default: only at "
                              "the end)")
@@ -77,10 +81,11 @@ def run(kind: str, args: argparse.Namespace, cfg: Any, out: Path) -> Any:
     import jaxrl_async as jra
 
     if args.resume:
-        return jra.resume_population(args.resume, progress=args.progress)
+        return jra.resume_population(args.resume, num_devices=args.devices,
+                                     progress=args.progress)
     space = space_of(cfg, args.space)
     common = dict(population=args.population, seeds=args.seeds, seed=args.sample_seed,
-                  score=args.score, checkpoint_dir=out,
+                  score=args.score, num_devices=args.devices, checkpoint_dir=out,
                   checkpoint_every=args.checkpoint_segments, progress=args.progress)
     if kind == "pbt":
         return jra.pbt(cfg, space, ready_every=args.ready_every, fraction=args.fraction,

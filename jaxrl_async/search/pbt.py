@@ -245,32 +245,44 @@ def run_population(cfg: Any, space: Space, schedule: Schedule, seeds: int | Sequ
         compiled = (segments.lower(carry, seed_arg, ks[:group], keeps[:group], halving)
                     .compile() if total else None)
         compiled_finish = finish.lower(carry).compile()
+        if jax.process_count() > 1:  # the clock starts when every process has compiled
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("population compiled")
         compile_s = time.perf_counter() - start
         if bar is not None:
             bar.reset()
             _Progress.active = _Progress(bar, [mine] * len(devices), cfg.steps_per_update)
         start = time.perf_counter()
+        pending = []  # the outputs still on the devices
         while done < total:
             n = min(group, total - done)
             run = compiled if n == group else segments
             carry, out = run(carry, seed_arg, ks[done:done + n], keeps[done:done + n], halving)
-            outputs.append(out)
             done += n
             if checkpoint_every is not None:
-                _save(checkpoint_dir, done, carry, outputs)
-        params, rest = program.wait(compiled_finish(carry))
-        outputs = [program.to_host(o) for o in outputs]
+                host_carry, host_out = program.to_host((carry, out))
+                outputs.append(host_out)
+                _save(checkpoint_dir, done, host_carry, outputs)
+            else:
+                pending.append(out)
+        finished = program.wait((compiled_finish(carry), pending))
         train_s = time.perf_counter() - start
+        start = time.perf_counter()
+        (params, rest), pending = program.to_host(finished)  # on every process
+        outputs += pending
+        gather_s = time.perf_counter() - start
     finally:
         _Progress.active = None
         if bar is not None:
             bar.close()
     if checkpoint_dir is not None:
-        _save(checkpoint_dir, total, carry, outputs)
+        _save(checkpoint_dir, total, program.to_host(carry), outputs)
     steps = runs * cfg.num_updates * cfg.steps_per_update
     if total:  # what this call trained: the segments left (a resumed run's), in steps
         steps = steps * (total - first) // total
-    timing = {"compile_s": compile_s, "train_s": train_s, "sps": steps / max(train_s, 1e-9),
+    timing = {"compile_s": compile_s, "train_s": train_s, "gather_s": gather_s,
+              "sps": steps / max(train_s, 1e-9),
               "runs": runs, "exploits": schedule.exploits, "steps_trained": steps,
               "devices": len(devices), "processes": jax.process_count(),
               "runs_per_device": program.local_runs(jax.tree.leaves(carry[1])[0])}
@@ -283,12 +295,11 @@ def _layout(devices: tuple) -> dict[str, int]:
 
 
 def _save(directory: str | Path, done: int, carry: Any, outputs: list) -> None:
-    """The checkpoint after ``done`` segments: gathered on every process (a collective),
-    written by process 0 alone; every process returns once the file is there."""
-    host = program.to_host(carry)
-    parts = [program.to_host(o) for o in outputs]
+    """The checkpoint after ``done`` segments (``carry`` and ``outputs`` on the host, every
+    process holding them whole): written by process 0 alone; every process returns once the
+    file is there."""
     if jax.process_index() == 0:
-        ckpt.save(directory, done, host, parts)
+        ckpt.save(directory, done, carry, outputs)
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 

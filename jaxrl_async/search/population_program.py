@@ -26,7 +26,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -101,29 +100,35 @@ def to_devices(tree: Any, devices: tuple) -> Any:
 
 
 def to_host(tree: Any) -> Any:
-    """``tree`` as NumPy arrays on every process (a sharded array gathered from all; keys as
-    key data)."""
-    def get(x: Any) -> Any:
-        if not isinstance(x, jax.Array):
-            return np.asarray(x)
-        if is_key(x):
-            x = jax.random.key_data(x)
-        if x.is_fully_addressable:
-            return np.asarray(jax.device_get(x))
-        if x.is_fully_replicated:
-            return np.asarray(x.addressable_data(0))
-        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    """``tree`` as NumPy arrays on every process (keys as key data): the leaves sharded over
+    processes gathered in one program (an all-gather each), the rest read where they are."""
+    leaves, treedef = jax.tree.flatten(jax.tree.map(
+        lambda x: jax.random.key_data(x) if isinstance(x, jax.Array) and is_key(x) else x,
+        tree))
+    spread = [i for i, x in enumerate(leaves) if isinstance(x, jax.Array) and
+              not x.is_fully_addressable and not x.is_fully_replicated]
+    if spread:
+        mesh = leaves[spread[0]].sharding.mesh
+        gathered = _replicate(mesh)([leaves[i] for i in spread])
+        for i, x in zip(spread, gathered):
+            leaves[i] = x
+    return jax.tree.unflatten(treedef, [
+        np.asarray(x.addressable_data(0)) if isinstance(x, jax.Array) and
+        not x.is_fully_addressable else np.asarray(jax.device_get(x)) for x in leaves])
 
-    return jax.tree.map(get, tree)
+
+@functools.cache
+def _replicate(mesh: Mesh) -> Any:
+    """Every leaf whole on every device of ``mesh`` (jitted; one compile per tree shape)."""
+    return jax.jit(lambda xs: xs, out_shardings=NamedSharding(mesh, P()))
 
 
 def wait(tree: Any) -> Any:
-    """Block until ``tree`` is computed, in short sleeps (Ctrl-C is not held off), then
-    ``to_host``."""
+    """``tree`` once it is computed, waited for in short sleeps (Ctrl-C is not held off)."""
     for leaf in jax.tree.leaves(tree):
         while not leaf.is_ready():
             time.sleep(0.02)
-    return to_host(tree)
+    return tree
 
 
 def local_runs(x: jax.Array) -> int:
@@ -184,7 +189,7 @@ def exploit_step(schedule: Schedule, space: Space, key: jax.Array, k: jax.Array,
     learner, moments = exploit.copy(gather((states.learner, states.obs_moments)),
                                     mine_of(flat))
     hypers = exploit.copy(gather({f: getattr(cfgs, f) for f in hyper_fields(cfgs)}), flat)
-    hypers = exploit.explore(keys[0], space, hypers, replaced & ~halving,
+    hypers = exploit.explore(keys[0], space, hypers, replaced & jnp.logical_not(halving),
                              schedule.resample_prob, schedule.factor)
     cfgs = jax.tree.unflatten(jax.tree.structure(cfgs),
                               [mine_of(hypers[f]) for f in hyper_fields(cfgs)])

@@ -193,11 +193,13 @@ def test_lineage_matches_a_numpy_reference(pbt_run):
         assert lin["source"][e, 1, b] == a
 
 
-def test_ready_every_longer_than_the_run_is_the_random_search():
+def test_ready_every_longer_than_the_run_is_the_random_search(devices):
+    # both spread over the suite's 4 devices, 2 runs each: the same per-device program
     plain = jra.pbt(TINY, SPACE, population=N, ready_every=100, seeds=SEEDS, seed=7,
                     progress=False)
-    search = jra.random_search(TINY, SPACE, N, seeds=SEEDS, seed=7, num_devices=1,
+    search = jra.random_search(TINY, SPACE, N, seeds=SEEDS, seed=7, num_devices=len(devices),
                                progress=False)
+    assert plain.timing["devices"] == search.timing["devices"] == len(devices)
     assert plain.timing["exploits"] == 0 and plain.lineage["source"].shape == (0, 2, N)
     for k in search.curves:
         np.testing.assert_array_equal(plain.curves[k], search.curves[k], err_msg=k)

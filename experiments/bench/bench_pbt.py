@@ -3,6 +3,8 @@ compute, with the cost of the exploit step.
 
     python experiments/bench/bench_pbt.py [--task pendulum|acrobot|pqn-cartpole|...]
                                           [--population 16] [--seeds 3] [--heldout-seeds 3]
+    python experiments/bench/bench_pbt.py --scaling [--population 16]    (pbt_scaling.py)
+    python experiments/bench/bench_pbt.py --populations 64,1024          (one device)
 
 Each method trains ``population`` configs x ``seeds`` for the same number of updates, on one
 device, in one compiled program per method (``jra.sweep``, ``jra.random_search``, ``jra.pbt``,
@@ -30,6 +32,7 @@ import dataclasses
 import json
 import math
 import operator
+import sys
 import time
 from pathlib import Path
 
@@ -42,6 +45,9 @@ from jaxrl_async.run.sinks import final_window, window_returns
 from jaxrl_async.runners.common import compiler_options
 from jaxrl_async.search.population import Space
 from jaxrl_async.search.sweep import _stack, run_points
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pbt_scaling  # noqa: E402 - beside this file
 
 pbt_module = __import__("jaxrl_async.search.pbt", fromlist=["_exploit"])
 
@@ -134,7 +140,10 @@ def main() -> None:
                              "seeds, and score every method's chosen params greedily")
     parser.add_argument("--eval-episodes", type=int, default=20)
     parser.add_argument("--plot", type=Path, default=None)
+    pbt_scaling.add_arguments(parser)
     args = parser.parse_args()
+    if pbt_scaling.run(args):
+        return
     cfg, space = TASKS[args.task]
     if args.total_timesteps:
         cfg = dataclasses.replace(cfg, total_timesteps=args.total_timesteps)

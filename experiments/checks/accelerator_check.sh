@@ -76,6 +76,7 @@ steps() {
     step async_2gpu 120 --gpus 2 "$PY" experiments/bench/bench_async.py --rounds 3 --updates 50
     step search 120 "$PY" experiments/bench/bench_search.py --only speed --loop-trials "$(size 64 8)" --batches $(size "16 64" 8)
     step pbt 300 "$PY" experiments/bench/bench_pbt.py --population "$(size 64 4)" --seeds 1 --total-timesteps "$(size 100352 4096)" --ready-every "$(size 10 2)"
+    step pbt_scaling 60 "$PY" experiments/bench/bench_pbt.py --populations "$(size 64,1024 4)" --num-envs "$(size 16 4)" --num-steps "$(size 16 8)" --total-timesteps "$(size 5120 256)" --ready-every "$(size 5 2)"
     step atari_ppo 600 sh -c '"$0" -m experiments.reproduce --suite atari --seeds 1 --budget "$1" --out "$2" | grep "^{" | tail -n 1' "$PY" "$(size "${JAXRL_ACCEL_PONG_STEPS:-9999360}" 2048)" "$LOG/reproduce_atari"
 }
 size() { if (( CPU )); then echo "$2"; else echo "$1"; fi; }

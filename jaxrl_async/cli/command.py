@@ -233,9 +233,12 @@ def cmd_sweep(argv: list[str]) -> int:
 def cmd_population(kind: str, argv: list[str]) -> int:
     """``jaxrl-async pbt`` and ``jaxrl-async halving`` (``cli_population``)."""
     from jaxrl_async.cli import population as cli_population
+    from jaxrl_async.run.distributed import is_main_process
     from jaxrl_async.search.population_checkpoint import read_meta
 
     args = _parse(cli_population.population_parser(kind, _algo_of(argv)), argv)
+    if wants_distributed(args):  # before anything starts JAX's backend
+        join_distributed(args)
     try:
         if args.resume:
             cfg = read_meta(args.resume)[0]
@@ -248,6 +251,8 @@ def cmd_population(kind: str, argv: list[str]) -> int:
     except ValueError as e:  # a CheckpointError too
         return _fail(e)
     best = cli_population.write(out, result)
+    if not is_main_process():  # every process trained; process 0 reports and logs
+        return 0
     cli_population.report(out, result, best)
     if args.track:
         from jaxrl_async.run.tracking import log_population

@@ -50,6 +50,10 @@ def population_parser(kind: str, algo: str) -> argparse.ArgumentParser:
                         help="what ranks the members: the mean return of the episodes that "
                              "ended since the last exploit step, or the last evaluation in it "
                              "(needs --eval-every) (default: return)")
+    parser.add_argument("--devices", type=int, default=None,
+                        help="devices to shard the members over (default: all, of every "
+                             "process under jax.distributed; the members must divide over "
+                             "them; with --resume: as many as the checkpoint's run had)")
     parser.add_argument("--checkpoint-segments", type=int, default=None, metavar="K",
                         help="checkpoint the population every K segments (default: only at "
                              "the end)")
@@ -60,6 +64,18 @@ def population_parser(kind: str, algo: str) -> argparse.ArgumentParser:
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="show a progress bar (default: on)")
     options.add_tracking_options(parser)
+    multi = parser.add_argument_group(
+        "multi-process (multi-host) populations: the same command in every process, see "
+        "docs/scaling.md")
+    multi.add_argument("--distributed", action="store_true",
+                       help="join a multi-process run (jax.distributed) first; the members "
+                            "are sharded over the devices of all processes, process 0 writes")
+    multi.add_argument("--coordinator-address", default=None, metavar="HOST:PORT",
+                       help="process 0's address (implies --distributed)")
+    multi.add_argument("--num-processes", type=int, default=None,
+                       help="processes in the run (implies --distributed)")
+    multi.add_argument("--process-id", type=int, default=None,
+                       help="this process's index (implies --distributed)")
     return parser
 
 
@@ -77,10 +93,11 @@ def run(kind: str, args: argparse.Namespace, cfg: Any, out: Path) -> Any:
     import jaxrl_async as jra
 
     if args.resume:
-        return jra.resume_population(args.resume, progress=args.progress)
+        return jra.resume_population(args.resume, num_devices=args.devices,
+                                     progress=args.progress)
     space = space_of(cfg, args.space)
     common = dict(population=args.population, seeds=args.seeds, seed=args.sample_seed,
-                  score=args.score, checkpoint_dir=out,
+                  score=args.score, num_devices=args.devices, checkpoint_dir=out,
                   checkpoint_every=args.checkpoint_segments, progress=args.progress)
     if kind == "pbt":
         return jra.pbt(cfg, space, ready_every=args.ready_every, fraction=args.fraction,
@@ -89,20 +106,24 @@ def run(kind: str, args: argparse.Namespace, cfg: Any, out: Path) -> Any:
 
 
 def write(out: Path, result: Any) -> dict[str, Any]:
-    """The population directory's result files; returns the best member's row."""
+    """The population directory's result files (process 0 alone writes them); returns the
+    best member's row."""
     import numpy as np
 
     from jaxrl_async.config.shared import to_dict
     from jaxrl_async.run import sinks
+    from jaxrl_async.run.distributed import is_main_process
     from jaxrl_async.search.population_result import shortest
 
+    best = result.best()
+    if not is_main_process():
+        return best
     out.mkdir(parents=True, exist_ok=True)
     result.to_csv(out / "members.csv")
     result.plot(path=out / "population.png")
     lineage = {k: np.vectorize(shortest)(v).tolist() if np.issubdtype(v.dtype, np.floating)
                else v.tolist() for k, v in result.lineage.items()}
     sinks.write_json(out / "lineage.json", {"seeds": list(result.seeds), **lineage})
-    best = result.best()
     sinks.write_json(out / "best.json", {**to_dict(best["cfg"]), "from_population": {
         "dir": str(out), "member": best["member"], "seed": best["seed"],
         "final_return": best["final_return"]}})

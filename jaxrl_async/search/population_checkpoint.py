@@ -2,7 +2,9 @@
 ``population.json`` (the base config, the space, the schedule, the seeds) and, after every
 ``K`` segments, ``checkpoint.npz``: the whole carry (configs and run states of every member,
 keys as key data) and the metrics and lineage so far. Written to a temporary file and renamed,
-so a crash leaves the previous checkpoint whole. ``jra.resume_population(dir)`` continues it."""
+so a crash leaves the previous checkpoint whole. ``jra.resume_population(dir)`` continues it.
+A population over several processes is gathered to every process and written by process 0
+alone, so a resume needs the directory on a file system all processes see."""
 
 from __future__ import annotations
 
@@ -29,12 +31,16 @@ def is_key(x: Any) -> bool:
 
 
 def write_meta(directory: str | Path, cfg: Any, space: Space, schedule: Any,
-               seeds: tuple[int, ...], seed: int, every: int | None) -> None:
+               seeds: tuple[int, ...], seed: int, every: int | None,
+               layout: dict[str, int] | None = None) -> None:
+    """``population.json``; ``layout``: the devices and processes the members were sharded
+    over (a resume takes as many devices by default)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / META).write_text(to_json({
         "base": to_dict(cfg), "space": space.to_json(), "schedule": dataclasses.asdict(schedule),
-        "seeds": list(seeds), "seed": seed, "checkpoint_every": every}, indent=1) + "\n")
+        "seeds": list(seeds), "seed": seed, "checkpoint_every": every,
+        "layout": layout or {"devices": 1, "processes": 1}}, indent=1) + "\n")
 
 
 def read_meta(directory: str | Path) -> tuple[Any, Space, Any, tuple[int, ...], int, int | None]:
@@ -48,6 +54,12 @@ def read_meta(directory: str | Path) -> tuple[Any, Space, Any, tuple[int, ...], 
     schedule = Schedule(**{**schedule, "keeps": tuple(schedule["keeps"])})
     return (cfg, Space.from_json(cfg, data["space"]), schedule, tuple(data["seeds"]),
             data["seed"], data["checkpoint_every"])
+
+
+def read_layout(directory: str | Path) -> dict[str, int]:
+    """The layout the population was trained on (one device for a checkpoint without one)."""
+    return json.loads((Path(directory) / META).read_text()).get(
+        "layout", {"devices": 1, "processes": 1})
 
 
 def save(directory: str | Path, done: int, carry: Any, outputs: list) -> None:

@@ -178,9 +178,10 @@ def add_distributed_options(parser: argparse.ArgumentParser, writes: str) -> Non
     multi.add_argument("--num-processes", type=int, default=None,
                        help="processes in the run (implies --distributed)")
     multi.add_argument("--process-id", type=int, default=None,
-                       help=f"this process's index, 0 writes {writes}; every process "
-                            "writes its part of each checkpoint there, on a file system all "
-                            "hosts share (implies --distributed)")
+                       help=f"this process's index, 0 writes {writes}"
+                            + ("; every process writes its part of each checkpoint there, on "
+                               "a file system all hosts share" if writes == "the run directory"
+                               else "") + " (implies --distributed)")
 
 
 def sweep_parser(algo: str) -> argparse.ArgumentParser:

@@ -114,7 +114,9 @@ def installed_package(tmp_path_factory):
 # and the two workers end close together whatever the alphabet puts last (on a clean clone: 1892
 # s of tests in 1008 s of wall time). Longest first, as measured there (make test, an idle
 # machine); the files not named keep their order, after these.
-LONGEST_FIRST = ("test_entry_points", "test_host_envs", "test_ppo", "test_distributed",
+LONGEST_FIRST = ("test_optuna_search", "test_entry_points", "test_host_runs",
+                 "test_distributed_checkpoint", "test_pbt_devices",
+                 "test_distributed_sweep", "test_host_envs", "test_ppo", "test_distributed",
                  "test_async", "test_dqn", "test_algos_async", "test_checkpoint", "test_lag",
                  "test_pqn", "test_recurrent", "test_notebooks", "test_conv",
                  "test_env_registry", "test_envs", "test_env_suites", "test_data_order",

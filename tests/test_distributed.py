@@ -47,6 +47,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def run_two_processes(worker: str, *args: str, timeout: float = 240,
+                      stderr: int = subprocess.STDOUT) -> tuple[list[int], list]:
+    """Run ``tests/<worker>`` as processes 0 and 1 of a ``jax.distributed`` run on 127.0.0.1
+    (argv: the process index, the port, ``args``), this checkout first on the path and no
+    forced device count (the worker sets its own), and wait for both: their return codes and
+    outputs (stdout with stderr in it, or ``(stdout, stderr)`` with ``stderr=PIPE``)."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("XLA_FLAGS", None)
+    procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / worker), str(i), str(port),
+                               *args], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=stderr, text=True)
+             for i in range(2)]
+    try:
+        outputs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    if stderr == subprocess.STDOUT:
+        outputs = [out for out, _ in outputs]
+    return [p.returncode for p in procs], outputs
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("runner", ["sync", "async"])
 def test_two_processes_match_each_other_and_one_process(tmp_path, devices, runner):
@@ -56,19 +79,8 @@ def test_two_processes_match_each_other_and_one_process(tmp_path, devices, runne
     for path in stale:
         path.parent.mkdir()
         path.write_text("{}\n")
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("XLA_FLAGS", None)
-    procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "multiprocess_worker.py"),
-                               str(i), str(port), str(tmp_path), runner], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i in range(2)]
-    try:
-        outputs = [p.communicate(timeout=240)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert [p.returncode for p in procs] == [0, 0], "\n\n".join(o[-3000:] for o in outputs)
+    codes, outputs = run_two_processes("multiprocess_worker.py", str(tmp_path), runner)
+    assert codes == [0, 0], "\n\n".join(o[-3000:] for o in outputs)
 
     for c, cfg in enumerate(SINGLE[runner]):
         first, second = (np.load(tmp_path / f"params{i}_{c}.npz") for i in range(2))

@@ -27,7 +27,7 @@ import pytest
 import jaxrl_async as jra
 from jaxrl_async.cli.command import EXIT_PREEMPTED, main
 from jaxrl_async.run import checkpoint
-from tests.test_distributed import free_port
+from tests.test_distributed import run_two_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED, SIGTERM_AT, KILL_AT, UPDATES = 5, 2, 4, 8
@@ -42,20 +42,8 @@ SIGTERM_TO = {"sync": (1,), "async": (0, 1)}  # the processes that get the SIGTE
 
 
 def two_processes(out: Path, runner: str, phase: str) -> tuple[list[int], list[str]]:
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("XLA_FLAGS", None)
-    procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" /
-                                                   "distributed_checkpoint_worker.py"),
-                               str(i), str(port), str(out), runner, phase], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i in range(2)]
-    try:
-        outputs = [p.communicate(timeout=200)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    return [p.returncode for p in procs], outputs
+    return run_two_processes("distributed_checkpoint_worker.py", str(out), runner, phase,
+                             timeout=200)
 
 
 def assert_same(out: Path, name: str) -> None:

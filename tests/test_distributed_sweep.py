@@ -5,9 +5,7 @@ device to 1e-5 (16 runs vmapped on one device round differently: docs/sweeps.md)
 process 0 writes the command line's sweep directory, and a resume of it trains nothing."""
 
 import csv
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -17,6 +15,7 @@ import pytest
 import jaxrl_async as jra
 from jaxrl_async.cli.command import main
 from jaxrl_async.search.sweep import count_compiles
+from tests.test_distributed import run_two_processes
 
 TINY = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
                      update_epochs=2, total_timesteps=4 * 16 * 4, log_every=2,
@@ -29,14 +28,6 @@ CLI = ["--total-timesteps", "256", "--num-envs", "4", "--num-steps", "16", "--nu
        "lr=1e-3,3e-4,1e-4,3e-3", "--grid", "ent_coef=0,0.05", "--seeds", "4",
        "--runs-per-chunk", "16"]  # 2 chunks of 16 runs, 4 per device (the program of GRID)
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def load(path: Path) -> tuple[list, dict, dict]:
@@ -59,19 +50,9 @@ def assert_equal(got: tuple, result, **tolerance) -> None:
 @pytest.fixture(scope="module")
 def two_processes(tmp_path_factory):
     out = tmp_path_factory.mktemp("two_processes")
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("XLA_FLAGS", None)
-    procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "distributed_sweep_worker.py"),
-                               str(i), str(port), str(out), *CLI], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
-    try:
-        outputs = [p.communicate(timeout=240) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert [p.returncode for p in procs] == [0, 0], "\n\n".join(
+    codes, outputs = run_two_processes("distributed_sweep_worker.py", str(out), *CLI,
+                                       stderr=subprocess.PIPE)
+    assert codes == [0, 0], "\n\n".join(
         o[0][-2000:] + o[1][-3000:] for o in outputs)
     return out, outputs
 

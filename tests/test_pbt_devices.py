@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import jaxrl_async as jra
-from tests.test_distributed import ROOT, free_port
+from tests.test_distributed import ROOT, run_two_processes
 
 TINY = jra.PPOConfig(env="CartPole-v1", num_envs=4, num_steps=8, num_minibatches=1,
                      update_epochs=1, hidden_sizes=(16,), total_timesteps=4 * 8 * 8,
@@ -96,19 +96,8 @@ def test_members_that_do_not_divide_the_devices_are_named(devices):
 def test_two_processes_agree_with_one_device(one_device, tmp_path, devices):
     """2 processes x 2 devices: PBT stopped after its second checkpoint and resumed there,
     and halving; every process gets the whole result, only process 0 writes."""
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("XLA_FLAGS", None)
-    procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "population_worker.py"),
-                               str(i), str(port), str(tmp_path)], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i in range(2)]
-    try:
-        outputs = [p.communicate(timeout=240)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert [p.returncode for p in procs] == [0, 0], "\n\n".join(o[-3000:] for o in outputs)
+    codes, outputs = run_two_processes("population_worker.py", str(tmp_path))
+    assert codes == [0, 0], "\n\n".join(o[-3000:] for o in outputs)
     for kind in ("pbt", "halving"):
         first, second = (dict(np.load(tmp_path / f"{kind}{i}.npz")) for i in range(2))
         for name in first:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxrl_async.cli import options
-from jaxrl_async.cli.parsers import _config_parser
+from jaxrl_async.cli.parsers import _config_parser, add_distributed_options
 
 KINDS = {"pbt": "population-based training", "halving": "successive halving"}
 
@@ -64,18 +64,8 @@ def population_parser(kind: str, algo: str) -> argparse.ArgumentParser:
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="show a progress bar (default: on)")
     options.add_tracking_options(parser)
-    multi = parser.add_argument_group(
-        "multi-process (multi-host) populations: the same command in every process, see "
-        "docs/scaling.md")
-    multi.add_argument("--distributed", action="store_true",
-                       help="join a multi-process run (jax.distributed) first; the members "
-                            "are sharded over the devices of all processes, process 0 writes")
-    multi.add_argument("--coordinator-address", default=None, metavar="HOST:PORT",
-                       help="process 0's address (implies --distributed)")
-    multi.add_argument("--num-processes", type=int, default=None,
-                       help="processes in the run (implies --distributed)")
-    multi.add_argument("--process-id", type=int, default=None,
-                       help="this process's index (implies --distributed)")
+    add_distributed_options(parser, "the population directory (members: sharded over the "
+                                    "devices of all processes)")
     return parser
 
 

@@ -35,11 +35,12 @@ def impala(env: str, threads: int, deterministic: bool = True) -> jra.ImpalaConf
 def reuse_compiled():
     """One compile per stream count: Breakout and Pong share the spec up to the id."""
 
-    def key(cfg, algo, spec, where):
+    def key(cfg, host, algo, where):
+        spec = host.policy_spec
         fields = {k: v for k, v in to_dict(cfg).items() if k not in ("env", "runner")}
         return (json.dumps(fields, sort_keys=True), dataclasses.replace(spec, env_id=""),
                 spec.num_actions, cfg.runner.num_streams,
-                host_streams.stream_groups(cfg, where), tuple(where.actor_devices),
+                host_streams.stream_groups(cfg.runner, host, where), tuple(where.actor_devices),
                 tuple(where.learner_devices))
 
     yield from compile_once(host_actors, "compile_host_programs", key)
@@ -120,8 +121,9 @@ def test_pong_through_host_actors_truncates_with_the_final_frames(devices):
     cfg = impala("envpool:Pong-v5", 1)
     assert cfg.resolved_torso == "nature"
     where = placement.layout(cfg, devices[:2])
-    spec = env_spec(cfg.env)
-    programs = host_actors.compile_host_programs(cfg, make_algorithm(cfg, spec), spec, where)
+    host = host_streams.host_plan(cfg)
+    spec = host.spec
+    programs = host_actors.compile_host_programs(cfg, host, make_algorithm(cfg, spec), where)
     obs_leaves = [x for x in programs.piece.leaves if x.shape[-3:] == FRAMES]
     assert obs_leaves and all(x.dtype == np.uint8 for x in obs_leaves)
     state = programs.learner.init(jax.random.key(0))
@@ -130,7 +132,8 @@ def test_pong_through_host_actors_truncates_with_the_final_frames(devices):
         where.actor_devices[0])
     env = EnvPoolVecEnv(spec, 4, groups=2, max_episode_steps=3)
     try:
-        actor = host_actors.make_batcher(cfg, env, programs, where.streams[0])
+        actor = host_actors.make_batcher(cfg, host, env, programs, where.streams[0],
+                                         host.fresh_normalizer(env.num_envs))
         actor.reset([11, 12, 13, 14])
         traj, _ = actor.rollout(params, jax.device_put(state.key, where.actor_devices[0]), 0, 0)
     finally:

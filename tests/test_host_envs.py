@@ -25,7 +25,7 @@ import jaxrl_async as jra
 from jaxrl_async import runners
 from jaxrl_async.algos import make_algorithm
 from jaxrl_async.config.shared import to_dict
-from jaxrl_async.envs import EnvSpec, VecEnv, env_spec, make_env, make_host_env
+from jaxrl_async.envs import EnvSpec, VecEnv, env_spec, make_env, make_host_env, plan_host_envs
 from jaxrl_async.envs.host import InlineVecEnv
 from jaxrl_async.envs.host_workers import WorkerVecEnv, default_workers, live_workers
 from jaxrl_async.envs.wrappers import EpisodeStatistics
@@ -117,10 +117,11 @@ def reuse_compiled():
     """Compile once per program in this module: the programs depend on the env only through its
     spec, and on the runner only through where the actors and learners are."""
 
-    def key(cfg, algo, spec, where):
+    def key(cfg, host, algo, where):
         fields = {k: v for k, v in to_dict(cfg).items() if k not in ("env", "runner")}
-        return (json.dumps(fields, sort_keys=True), dataclasses.replace(spec, env_id=""),
-                cfg.runner.num_streams, host_streams.stream_groups(cfg, where),
+        return (json.dumps(fields, sort_keys=True),
+                dataclasses.replace(host.policy_spec, env_id=""), cfg.runner.num_streams,
+                host_streams.stream_groups(cfg.runner, host, where),
                 tuple(where.actor_devices), tuple(where.learner_devices))
 
     yield from compile_once(host_actors, "compile_host_programs", key)
@@ -134,19 +135,20 @@ def test_a_host_rollout_is_the_jax_rollout_of_the_same_env(devices):
     # The default path: each stream's 2 envs in 2 groups of 1, stepped by a worker process.
     cfg = ppo(COUNTER, dict(actors_per_device=2, learner_devices=2), num_steps=12)
     where = placement.layout(cfg, devices[:3])
-    spec = env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
-    algo = make_algorithm(cfg, spec)
-    programs = host_actors.compile_host_programs(cfg, algo, spec, where)
+    host = host_streams.host_plan(cfg)
+    algo = make_algorithm(cfg, host.policy_spec)
+    programs = host_actors.compile_host_programs(cfg, host, algo, where)
     state = jax.device_put(programs.learner.init(jax.random.key(1))._replace(env=()),
                            where.replicated)
     params = jax.device_put(programs.learner.pack_params(state), where.actor_devices[0])
     stream, update, version = where.streams[1], 5, 7
     run_key = jax.device_put(state.key, stream.device)
 
-    env = host_streams.make_envs(cfg, where)
+    env = host_streams.make_envs(cfg.runner, host, where)
     try:
         assert isinstance(env, WorkerVecEnv) and env.groups == 2
-        actor = host_actors.make_batcher(cfg, env, programs, stream)
+        actor = host_actors.make_batcher(cfg, host, env, programs, stream,
+                                         host.fresh_normalizer(env.num_envs))
         actor.reset([11, 12])
         traj, sums = actor.rollout(params, run_key, update, version)
     finally:
@@ -237,19 +239,20 @@ def test_a_waiting_cartpole_is_gymnax_cartpole_and_waits(devices):
     cfg = ppo(env_id.partition(":")[2], dict(actors_per_device=2, host_groups=1,
                                              host_vectorization="inline"))
     where = placement.layout(cfg, devices[:2])
-    spec = env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
-    algo = make_algorithm(cfg, spec)
-    programs = host_actors.compile_host_programs(cfg, algo, spec, where)
+    host = host_streams.host_plan(cfg)
+    algo = make_algorithm(cfg, host.policy_spec)
+    programs = host_actors.compile_host_programs(cfg, host, algo, where)
     state = jax.device_put(programs.learner.init(jax.random.key(3))._replace(env=()),
                            where.replicated)
     params = jax.device_put(programs.learner.pack_params(state), where.actor_devices[0])
     stream, update, version = where.streams[1], 2, 1
     run_key = jax.device_put(state.key, stream.device)
 
-    env = host_streams.make_envs(cfg, where)
+    env = host_streams.make_envs(cfg.runner, host, where)
     try:
         unwrapped = env.envs[0].unwrapped
-        actor = host_actors.make_batcher(cfg, env, programs, stream)
+        actor = host_actors.make_batcher(cfg, host, env, programs, stream,
+                                         host.fresh_normalizer(env.num_envs))
         actor.reset(seeds)
         start = time.perf_counter()
         traj, sums = actor.rollout(params, run_key, update, version)
@@ -475,6 +478,28 @@ def test_host_env_spec_and_the_jax_only_paths():
         discrete=True, num_actions=2, max_episode_steps=500)
     with pytest.raises(ValueError, match="is a host env"):
         make_env("gymnasium:CartPole-v1")
+
+
+def test_a_host_env_plan_is_what_the_runner_gets_of_the_env():
+    # runners.run asks the env layer once (host_streams.host_plan) and hands the plan down:
+    # the spec, what the policy sees, the fresh normalisation and how a stream is made.
+    plan = host_streams.host_plan(ppo("CartPole-v1", normalize_obs=True, normalize_reward=True,
+                                      obs_clip=5.0))
+    assert plan.spec == env_spec("gymnasium:CartPole-v1") and plan.backend == "gymnasium"
+    assert plan.policy_spec == dataclasses.replace(plan.spec, obs_dtype=np.dtype(np.float32))
+    assert plan.normalization.obs and plan.normalization.obs_clip == 5.0 and plan.in_workers
+    fresh = plan.fresh_normalizer(3)
+    assert fresh.obs.mean.shape == (3, 4) and fresh.discounted.shape == (3,)
+    assert host_streams.host_plan(ppo("CartPole-v1")).fresh_normalizer(3) == ()
+    inline = host_streams.host_plan(ppo("CartPole-v1", {"host_vectorization": "inline"}))
+    assert not inline.in_workers
+    env = inline.make(4, groups=2)
+    try:
+        assert isinstance(env, InlineVecEnv) and (env.num_envs, env.groups) == (4, 2)
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="vectorization must be one of"):
+        plan_host_envs("gymnasium:CartPole-v1", vectorization="threads")
 
 
 def test_a_host_env_with_no_runner_named_runs_under_the_async_runner():

@@ -10,13 +10,23 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "jaxrl_async"
 
 # Bottom to top; a module belongs to the first entry that is its name or a package above it.
-# The packages are the floors of docs/design.md's "The layout"; inside ``run`` and ``search``
-# the modules stand on floors of their own.
+# The packages are the floors of docs/design.md's "The layout"; inside ``runners``, ``run`` and
+# ``search`` the modules stand on floors of their own.
 LAYERS = [
     ["jaxrl_async.version", "jaxrl_async.envs"],
     ["jaxrl_async.networks"],
     ["jaxrl_async.config"],
     ["jaxrl_async.algos"],
+    # runners: the loops' parts, the two runners, then the host path a stage a floor
+    ["jaxrl_async.runners.rollout", "jaxrl_async.runners.state", "jaxrl_async.runners.stopping",
+     "jaxrl_async.runners.divergence"],
+    ["jaxrl_async.runners.common", "jaxrl_async.runners.placement"],
+    ["jaxrl_async.runners.programs", "jaxrl_async.runners.pipeline", "jaxrl_async.runners.sync"],
+    ["jaxrl_async.runners.actor_learner", "jaxrl_async.runners.host_trajectory"],
+    ["jaxrl_async.runners.host_batcher"],
+    ["jaxrl_async.runners.host_streams"],
+    ["jaxrl_async.runners.host_programs"],
+    ["jaxrl_async.runners.host_actors"],
     ["jaxrl_async.runners"],
     # run: one training run and what it leaves behind
     ["jaxrl_async.run.distributed", "jaxrl_async.run.compile_cache",

@@ -9,8 +9,9 @@ import pytest
 import jaxrl_async as jra
 import jaxrl_async.config.shared
 from jaxrl_async.algos import replay as replay_buffer
-from jaxrl_async.algos.base import PerEnv, Trajectory, with_env_axis
+from jaxrl_async.algos.base import PerEnv, Trajectory
 from jaxrl_async.algos.returns import n_step_return
+from jaxrl_async.runners.common import with_env_axis
 
 insert = jax.jit(replay_buffer.insert)
 sample = jax.jit(replay_buffer.sample, static_argnums=(3, 4))

@@ -113,10 +113,10 @@ def cache_compiled() -> None:
     """Compile once per case: the rig and every ``jra.train`` of the case share the programs."""
     cache, compile_host_programs = {}, host_actors.compile_host_programs
 
-    def cached(cfg, algo, spec, where):
+    def cached(cfg, host, algo, where):
         key = (cfg.env, cfg.num_envs, cfg.num_steps, cfg.runner.num_streams)
         if key not in cache:
-            cache[key] = compile_host_programs(cfg, algo, spec, where)
+            cache[key] = compile_host_programs(cfg, host, algo, where)
         return cache[key]
 
     host_actors.compile_host_programs = cached
@@ -139,16 +139,17 @@ class Rig:
     def __init__(self, cfg: Any):
         self.cfg = cfg
         self.where = placement.layout(cfg, jax.local_devices())
-        spec = host_streams.learning_spec(cfg)
-        self.programs = host_actors.compile_host_programs(cfg, make_algorithm(cfg, spec), spec,
-                                                          self.where)
+        host = host_streams.host_plan(cfg)
+        self.programs = host_actors.compile_host_programs(
+            cfg, host, make_algorithm(cfg, host.policy_spec), self.where)
         state = self.programs.learner.init(jax.random.key(0))
         self.state = jax.device_put(state._replace(env=()), self.where.replicated)
         self.actor_device = self.where.actor_devices[0]
         self.run_key = jax.device_put(state.key, self.actor_device)
-        self.env = host_streams.make_envs(cfg, self.where)
-        self.batcher = host_actors.make_batcher(cfg, self.env, self.programs,
-                                                self.where.streams[0])
+        self.env = host_streams.make_envs(cfg.runner, host, self.where)
+        self.batcher = host_actors.make_batcher(cfg, host, self.env, self.programs,
+                                                self.where.streams[0],
+                                                host.fresh_normalizer(self.env.num_envs))
         self.batcher.reset(np.asarray(state.env))
         self.params = self.to_actor(self.programs.learner.pack_params(self.state))
         self.batch = jax.block_until_ready(self.rollout(0))

@@ -24,9 +24,10 @@ import numpy as np
 from jax import lax
 
 from jaxrl_async.algos import replay as replay_buffer
-from jaxrl_async.algos.base import PerEnv, with_env_axis
+from jaxrl_async.algos.base import PerEnv
 from jaxrl_async.algos.replay import OffPolicyConfig
 from jaxrl_async.algos.returns import n_step_return
+from jaxrl_async.runners.common import with_env_axis
 
 
 def timed_pair(ours, theirs, args_ours, args_theirs, repeats: int) -> tuple[float, float]:

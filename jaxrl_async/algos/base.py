@@ -53,7 +53,8 @@ class Algorithm(NamedTuple):
 
     Learner state that belongs to the envs rather than to the learner (a replay buffer) is
     wrapped in ``PerEnv``: ``init`` returns ONE env's share, runners give every env its copy
-    (``with_env_axis``) and keep it with the env's shard (not replicated) over devices.
+    (``runners.common.with_env_axis``) and keep it with the env's shard (not replicated) over
+    devices.
     """
 
     init: Callable[[jax.Array], Any]
@@ -88,25 +89,14 @@ def has_memory(algo: Algorithm) -> bool:
 
 class PerEnv(NamedTuple):
     """Per-env learner state (e.g. a replay buffer): ``init`` returns one env's share (no env
-    axis); after ``with_env_axis`` every leaf has the leading env axis ``B`` and ``learn`` sees
-    the envs of its trajectory. Runners split it over devices with the envs."""
+    axis); after ``runners.common.with_env_axis`` every leaf has the leading env axis ``B`` and
+    ``learn`` sees the envs of its trajectory. Runners split it over devices with the envs."""
 
     value: Any
 
 
 def is_per_env(x: Any) -> bool:
     return isinstance(x, PerEnv)
-
-
-def with_env_axis(state: Any, num_envs: int) -> Any:
-    """``state`` with every ``PerEnv`` part copied for ``num_envs`` envs (leading axis)."""
-
-    def expand(x: Any) -> Any:
-        if not is_per_env(x):
-            return x
-        return PerEnv(jax.tree.map(lambda v: jnp.broadcast_to(v, (num_envs, *v.shape)), x.value))
-
-    return jax.tree.map(expand, state, is_leaf=is_per_env)
 
 
 def rows(tree: Any) -> Any:

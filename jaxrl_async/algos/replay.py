@@ -16,9 +16,9 @@ the figures are in docs/results.md):
 - counters are per env (``PerEnv`` gives every leaf the env axis), so the buffer shards with the
   envs without special cases.
 
-Layout after ``with_env_axis``: every leaf of ``data`` is ``[B, C, ...]`` (env, slot), C slots
-per env written in time order; ``pos``, ``size`` and ``inserted`` are ``[B]`` and equal for
-every env (all envs insert together).
+Layout after ``runners.common.with_env_axis``: every leaf of ``data`` is ``[B, C, ...]`` (env,
+slot), C slots per env written in time order; ``pos``, ``size`` and ``inserted`` are ``[B]``
+and equal for every env (all envs insert together).
 """
 
 from __future__ import annotations

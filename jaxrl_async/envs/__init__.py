@@ -28,9 +28,9 @@ from jaxrl_async.envs.host import (
     check_host_env_id,
     host_env_spec,
     is_host_env,
-    split_host_id,
 )
 from jaxrl_async.envs.host_envpool import EnvPoolVecEnv
+from jaxrl_async.envs.host_plan import HOST_VECTORIZATIONS, HostEnvPlan, plan_host_envs
 from jaxrl_async.envs.host_workers import WorkerVecEnv
 from jaxrl_async.envs.registry import register_env, registered_ids
 from jaxrl_async.envs.wrappers import (
@@ -67,6 +67,9 @@ __all__ = [
     "EnvPoolVecEnv",
     "is_host_env",
     "make_host_env",
+    "HostEnvPlan",
+    "plan_host_envs",
+    "HOST_VECTORIZATIONS",
     "ClipAction",
     "EpisodeStatistics",
     "FlattenObservation",
@@ -81,11 +84,6 @@ __all__ = [
 ]
 
 
-HOST_VECTORIZATIONS = ("workers", "inline")
-"""How gymnasium host envs step: in worker processes (``WorkerVecEnv``) or in the calling
-thread (``InlineVecEnv``)."""
-
-
 def make_host_env(env_id: str, num_envs: int, *, groups: int = 1, vectorization: str = "workers",
                   workers: int = 0, threads: int = 0, flatten_obs: bool = False,
                   step_timeout: float = 0.0, **options: Any) -> HostVecEnv:
@@ -93,17 +91,11 @@ def make_host_env(env_id: str, num_envs: int, *, groups: int = 1, vectorization:
     ``groups`` equal groups. Gymnasium envs: ``vectorization`` 'workers' (``workers``
     processes, 0: the cores; ``threads`` per worker, 0: one per env; ``step_timeout`` seconds,
     0: none) or 'inline'. EnvPool envs: a pool per group with ``threads`` C++ threads (0:
-    EnvPool's default); ``options`` go to ``envpool.make``."""
-    spec = host_env_spec(env_id, flatten_obs=flatten_obs)
-    backend, _ = split_host_id(env_id)
-    if backend == "envpool":
-        return EnvPoolVecEnv(spec, num_envs, groups, threads, **options)
-    if vectorization not in HOST_VECTORIZATIONS:
-        raise ValueError(f"vectorization must be one of {HOST_VECTORIZATIONS}, got "
-                         f"{vectorization!r}")
-    if vectorization == "inline":
-        return InlineVecEnv(spec, num_envs, groups)
-    return WorkerVecEnv(spec, num_envs, groups, workers, threads, step_timeout)
+    EnvPool's default); ``options`` go to ``envpool.make``. (``plan_host_envs(...).make``: a
+    run's envs, planned once.)"""
+    plan = plan_host_envs(env_id, flatten_obs=flatten_obs, vectorization=vectorization,
+                          threads=threads, step_timeout=step_timeout)
+    return plan.make(num_envs, groups, workers, **options)
 
 
 def known_env_ids() -> list[str]:

@@ -88,15 +88,6 @@ def init_state(norm: Normalization, num_envs: int, obs_shape: tuple,
         np.zeros(num_envs) if norm.reward else ())
 
 
-def state_shapes(norm: Normalization, num_envs: int, obs_shape: tuple,
-                 source_obs_dtype: Any = np.float32) -> Any:
-    """``init_state``'s shapes and dtypes (what a checkpoint holds)."""
-    import jax
-
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                        init_state(norm, num_envs, obs_shape, source_obs_dtype))
-
-
 def add_one(m: RunningMoments, x: np.ndarray) -> RunningMoments:
     """Each env's moments updated with its one new value ``x [B, ...]``: gymnasium's
     ``update_mean_var_count_from_moments`` with a batch of one (batch mean ``x``, batch

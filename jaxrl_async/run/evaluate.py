@@ -25,7 +25,7 @@ from jaxrl_async.config.fields import check_seed
 from jaxrl_async.envs import RunningMoments, is_host_env, make_env, normalize
 from jaxrl_async.envs.host_normalize import pooled
 from jaxrl_async.run import evaluate_host
-from jaxrl_async.runners.host_streams import HostEnvState, learning_spec
+from jaxrl_async.runners.host_streams import HostEnvState, host_plan
 from jaxrl_async.runners.rollout import env_keys, eval_policy, run_episodes
 from jaxrl_async.runners.state import RunState, TrainResult
 
@@ -58,7 +58,7 @@ def _split(source: Any, cfg: Any, moments: RunningMoments | None):
 def _env_algo(cfg: Any):
     """(env, algorithm) of a device env's config; (its spec, algorithm) of a host env's."""
     if is_host_env(cfg.env):
-        spec = learning_spec(cfg)
+        spec = host_plan(cfg).policy_spec
         return spec, make_algorithm(cfg, spec)
     env = make_env(cfg.env, flatten_obs=cfg.flatten_obs, normalize_obs=False)
     return env, make_algorithm(cfg, env.spec)

@@ -4,7 +4,8 @@
 - ``actor_learner``: the async runner, actor devices and learner devices with a host pipeline
   between them (``placement``: devices and packing; ``pipeline``: tickets and threads;
   ``programs``: what is compiled);
-- ``host_actors``: the async runner's actors for host envs (gymnasium, EnvPool).
+- ``host_actors``: the async runner's actors for host envs (gymnasium, EnvPool), handed the
+  plan of the envs (``host_streams.host_plan``: what the env layer says of them, asked once).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import jax
 from jaxrl_async.envs import is_host_env
 from jaxrl_async.runners import actor_learner, host_actors, host_programs, sync
 from jaxrl_async.runners.common import build, init_state
+from jaxrl_async.runners.host_streams import host_plan
 from jaxrl_async.runners.state import Callbacks, RunState, TrainResult
 
 
@@ -30,7 +32,7 @@ def run(cfg: Any, key: jax.Array, callbacks: Callbacks | None = None,
                              "SyncConfig(num_devices=N)")
         return sync.run(cfg, key, callbacks, state)
     if is_host_env(cfg.env):
-        return host_actors.run(cfg, key, callbacks, state, devices)
+        return host_actors.run(cfg, host_plan(cfg), key, callbacks, state, devices)
     return actor_learner.run(cfg, key, callbacks, state, devices)
 
 
@@ -39,7 +41,7 @@ def abstract_state(cfg: Any) -> RunState:
     continues from (what a checkpoint must hold)."""
     if cfg.runner.name == "async":
         if is_host_env(cfg.env):
-            return host_programs.abstract_state(cfg)
+            return host_programs.abstract_state(cfg, host_plan(cfg))
         return actor_learner.abstract_state(cfg)
     env, algo = build(cfg)
     env_id = jax.numpy.arange(cfg.num_envs, dtype=jax.numpy.int32)

@@ -14,7 +14,7 @@ from jax import lax
 from jax.sharding import Mesh
 
 from jaxrl_async.algos import Algorithm, Trajectory, make_algorithm
-from jaxrl_async.algos.base import is_per_env, with_env_axis
+from jaxrl_async.algos.base import PerEnv, is_per_env
 from jaxrl_async.envs import VecEnv, make_env, merge_moments, normalize, obs_sums, set_moments
 from jaxrl_async.runners.rollout import (
     EnvCarry,
@@ -186,6 +186,17 @@ def with_moments(carry: EnvCarry, moments: Any, clip: Any = 10.0) -> EnvCarry:
         return carry
     obs, env_state = set_moments(carry.obs, carry.env_state, moments, clip)
     return carry._replace(obs=obs, env_state=env_state)
+
+
+def with_env_axis(state: Any, num_envs: int) -> Any:
+    """``state`` with every ``PerEnv`` part copied for ``num_envs`` envs (leading axis)."""
+
+    def expand(x: Any) -> Any:
+        if not is_per_env(x):
+            return x
+        return PerEnv(jax.tree.map(lambda v: jnp.broadcast_to(v, (num_envs, *v.shape)), x.value))
+
+    return jax.tree.map(expand, state, is_leaf=is_per_env)
 
 
 def learner_spec(algo: Algorithm, per_env: Any, replicated: Any) -> Any:

@@ -15,10 +15,12 @@ A host env's data goes one way, one module per role:
    the same learner program, schedule (tickets, lock-step or free-running), params hand-over
    and failure handling.
 
-Before them, ``host_streams.py`` sizes each stream's envs (workers, groups, seeds,
-normalisation) and ``host_programs.py`` compiles the programs from shapes. This module makes
-each stream's envs and batcher and runs one thread per stream (``actors_per_device`` per actor
-device, each with ``num_envs / streams`` envs, global env ids ``s * per_stream ...``).
+Before them, ``runners.run`` plans the envs once from the config (``envs/host_plan.py``: the
+spec, the normalisation, how to make them) and hands the plan in; ``host_streams.py`` sizes
+each stream's envs (workers, groups, seeds) and ``host_programs.py`` compiles the programs from
+shapes. This module makes each stream's envs and batcher and runs one thread per stream
+(``actors_per_device`` per actor device, each with ``num_envs / streams`` envs, global env
+ids ``s * per_stream ...``).
 
 - **Acting.** The act keys are those the JAX rollout draws at step ``t`` of update ``u`` for
   each env, so a host env and a JAX env with the same observations act alike; the packed params
@@ -46,19 +48,11 @@ import jax
 import numpy as np
 
 from jaxrl_async.algos import make_algorithm
-from jaxrl_async.envs import HostVecEnv
-from jaxrl_async.envs import host_normalize as normalization
-from jaxrl_async.envs.host import source_obs_dtype
+from jaxrl_async.envs import HostEnvPlan, HostVecEnv
 from jaxrl_async.runners.actor_learner import Setup, drive
 from jaxrl_async.runners.host_batcher import Batcher
 from jaxrl_async.runners.host_programs import HostPrograms, compile_host_programs
-from jaxrl_async.runners.host_streams import (
-    HostEnvState,
-    fresh_normalizer,
-    learning_spec,
-    make_envs,
-    resume_seeds,
-)
+from jaxrl_async.runners.host_streams import HostEnvState, make_envs, resume_seeds
 from jaxrl_async.runners.host_trajectory import hand_over
 from jaxrl_async.runners.pipeline import Pipeline, RoleStats, chunk_ends, schedule
 from jaxrl_async.runners.placement import (
@@ -75,18 +69,13 @@ from jaxrl_async.runners.state import Callbacks, RunState, TrainingInterrupted, 
 
 
 # --------------------------------------------------------------------------- host side
-def make_batcher(cfg: Any, env: HostVecEnv, programs: HostPrograms, stream: Stream,
-                 normalizer: Any = ()) -> Batcher:
+def make_batcher(cfg: Any, host: HostEnvPlan, env: HostVecEnv, programs: HostPrograms,
+                 stream: Stream, normalizer: Any) -> Batcher:
     """The batcher of ``stream``: its envs, its device's programs and its envs' normalisation
-    state (``normalizer``: a copy of their part of ``HostEnvState.normalizer``; ``()``: fresh,
-    or none without normalisation)."""
-    if normalizer == ():
-        normalizer = normalization.init_state(normalization.from_config(cfg), env.num_envs,
-                                              env.spec.obs_shape, source_obs_dtype(cfg.env))
+    state (``normalizer``: a copy of their part of ``HostEnvState.normalizer``; ``()``: none)."""
     d = stream.device_index
     return Batcher(env, programs.keys[d], programs.policy[d], programs.acted, stream,
-                   cfg.num_steps, normalization.from_config(cfg), normalizer,
-                   learning_spec(cfg).obs_dtype)
+                   cfg.num_steps, host.normalization, normalizer, host.policy_spec.obs_dtype)
 
 
 def host_actor_loop(cfg: Any, batcher: Batcher, run_key: jax.Array, first: int, where: Layout,
@@ -112,33 +101,34 @@ def host_actor_loop(cfg: Any, batcher: Batcher, run_key: jax.Array, first: int, 
 # --------------------------------------------------------------------------- the entry point
 def run(
     cfg: Any,
+    host: HostEnvPlan,
     key: jax.Array,
     callbacks: Callbacks | None = None,
     state: RunState | None = None,
     devices: Sequence[Any] | None = None,
 ) -> TrainResult:
     """``run`` for a host env: the same result, metrics and timing (``actor_busy``: the
-    fraction of wall time a stream spent stepping envs and acting). ``state``: continue from it
-    (a restored checkpoint; the envs restart from fresh resets, see the module docstring)."""
+    fraction of wall time a stream spent stepping envs and acting). ``host``: the plan of its
+    envs (``host_streams.host_plan(cfg)``). ``state``: continue from it (a restored checkpoint;
+    the envs restart from fresh resets, see the module docstring)."""
     try:
-        return _run(cfg, key, callbacks or Callbacks(), state, devices)
+        return _run(cfg, host, key, callbacks or Callbacks(), state, devices)
     except BaseException as error:
         traceback.clear_frames(error.__traceback__)  # as run: nothing outlives it
         raise
 
 
-def _run(cfg: Any, key: jax.Array, callbacks: Callbacks, state: RunState | None,
-         devices: Sequence[Any] | None) -> TrainResult:
+def _run(cfg: Any, host: HostEnvPlan, key: jax.Array, callbacks: Callbacks,
+         state: RunState | None, devices: Sequence[Any] | None) -> TrainResult:
     if state is not None and int(state.update) >= cfg.num_updates:
         return TrainResult(state, {}, None)  # a finished run: nothing to compile
     start = time.perf_counter()
     where = layout(cfg, jax.local_devices() if devices is None else devices)
-    spec = learning_spec(cfg)
-    programs = compile_host_programs(cfg, make_algorithm(cfg, spec), spec, where)
+    programs = compile_host_programs(cfg, host, make_algorithm(cfg, host.policy_spec), where)
     resumed = state is not None
     if not resumed:
         state = programs.learner.init(key)
-        env = HostEnvState(np.asarray(state.env), fresh_normalizer(cfg))
+        env = HostEnvState(np.asarray(state.env), host.fresh_normalizer(cfg.num_envs))
     else:  # fresh episodes, the normalisation continued
         env = HostEnvState(resume_seeds(state.key, int(state.update), cfg.num_envs),
                            state.env.normalizer)
@@ -159,8 +149,8 @@ def _run(cfg: Any, key: jax.Array, callbacks: Callbacks, state: RunState | None,
     failed = True
     try:
         for _ in where.streams:  # the workers start while the next are made
-            envs.append(make_envs(cfg, where))
-        batchers = [make_batcher(cfg, e, programs, s, share(env.normalizer, s))
+            envs.append(make_envs(cfg.runner, host, where))
+        batchers = [make_batcher(cfg, host, e, programs, s, share(env.normalizer, s))
                     for s, e in zip(where.streams, envs)]
         for s, batcher in zip(where.streams, batchers):  # starting envs is not training time
             batcher.reset(share(env.seeds, s), resumed)

@@ -13,16 +13,10 @@ from jax.sharding import SingleDeviceSharding
 
 from jaxrl_async.algos import Algorithm, Trajectory, make_algorithm
 from jaxrl_async.algos.base import has_memory
-from jaxrl_async.envs import EnvSpec
+from jaxrl_async.envs import EnvSpec, HostEnvPlan
 from jaxrl_async.runners.common import init_state
 from jaxrl_async.runners.host_batcher import act_keys, policy_step
-from jaxrl_async.runners.host_streams import (
-    HostEnvState,
-    env_seeds,
-    fresh_normalizer,
-    learning_spec,
-    stream_groups,
-)
+from jaxrl_async.runners.host_streams import HostEnvState, env_seeds, stream_groups
 from jaxrl_async.runners.placement import Layout, Packing, shapes_on
 from jaxrl_async.runners.programs import Programs, acting_params, compile_with_learner
 from jaxrl_async.runners.rollout import EpisodeSums
@@ -49,13 +43,15 @@ class HostPrograms(NamedTuple):
     piece: Packing
 
 
-def abstract_state(cfg: Any) -> RunState:
-    """Shapes and dtypes of a host-env run's state (what a checkpoint holds)."""
-    algo = make_algorithm(cfg, learning_spec(cfg))
+def abstract_state(cfg: Any, host: HostEnvPlan) -> RunState:
+    """Shapes and dtypes of a host-env run's state (what a checkpoint holds); ``host``: the
+    plan of its envs (``host_streams.host_plan``)."""
+    algo = make_algorithm(cfg, host.policy_spec)
     ids = jnp.arange(cfg.num_envs, dtype=jnp.int32)
     state = jax.eval_shape(lambda key: init_state(None, algo, key, ids, reset_envs=env_seeds),
                            jax.random.key(0))
-    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), fresh_normalizer(cfg))
+    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          host.fresh_normalizer(cfg.num_envs))
     state = state._replace(env=HostEnvState(state.env, shapes))
     if not cfg.runner.deterministic:
         return state
@@ -81,14 +77,16 @@ def piece_shapes(cfg: Any, spec: EnvSpec, act_out: Any, width: int) -> tuple:
     return traj, EpisodeSums(scalar, scalar, scalar)
 
 
-def compile_host_programs(cfg: Any, algo: Algorithm, spec: EnvSpec, where: Layout) -> HostPrograms:
+def compile_host_programs(cfg: Any, host: HostEnvPlan, algo: Algorithm,
+                          where: Layout) -> HostPrograms:
     """Compile the policy step and params unpacking for every actor device, and the learner
-    programs for the pieces host actors deliver, from shapes alone."""
+    programs for the pieces host actors deliver, from shapes alone (the policy sees
+    ``host.policy_spec``)."""
     if has_memory(algo):
         raise ValueError(f"{type(cfg).__name__}.env: host envs support feedforward policies "
                          "only (this algorithm's policy is recurrent)")
-    per_stream = where.per_stream
-    per_group = per_stream // stream_groups(cfg, where)
+    spec, per_stream = host.policy_spec, where.per_stream
+    per_group = per_stream // stream_groups(cfg.runner, host, where)
 
     def init(key: jax.Array) -> RunState:  # RunState.env: the envs' reset seeds
         return init_state(None, algo, key, jnp.arange(cfg.num_envs, dtype=jnp.int32),
@@ -123,7 +121,7 @@ def compile_host_programs(cfg: Any, algo: Algorithm, spec: EnvSpec, where: Layou
         ids = jax.ShapeDtypeStruct((per_stream,), jnp.int32)
         lowered.append(jax.jit(keys).lower(*shapes_on((run_state.key, scalar, ids), here)))
         lowered.append(jax.jit(policy).lower(*shapes_on((packed, obs, key_data), here)))
-    programs = compile_with_learner(cfg, algo, where, init, piece, lowered,
-                                    merges_obs_sums=False)
+    programs = compile_with_learner(cfg, algo, where, init, piece, lowered,  # no evaluation:
+                                    merges_obs_sums=False)  # host envs are not JAX programs
     return HostPrograms(programs.actor[0::2], programs.actor[1::2],
                         programs._replace(actor=[]), acted, piece)

@@ -1,20 +1,18 @@
-"""A host-env run's streams of envs, before anything compiles: how many worker processes and
-groups a stream's envs step in (``make_envs``), the seeds they reset with (``env_seeds``,
-``resume_seeds``), the spec the policy sees (``learning_spec``) and their normalisation state
-(``HostEnvState``, ``fresh_normalizer``)."""
+"""A host-env run's streams of envs, before anything compiles: the plan of its envs from the
+config (``host_plan``, made once by ``runners.run``), how many worker processes and groups a
+stream's envs step in (``make_envs``), the seeds they reset with (``env_seeds``,
+``resume_seeds``) and the run state of the envs (``HostEnvState``)."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_async.envs import EnvSpec, HostVecEnv, host_env_spec, make_host_env
+from jaxrl_async.envs import HostEnvPlan, HostVecEnv, plan_host_envs
 from jaxrl_async.envs import host_normalize as normalization
-from jaxrl_async.envs.host import source_obs_dtype, split_host_id
 from jaxrl_async.envs.host_workers import default_workers
 from jaxrl_async.runners.host_batcher import groups
 from jaxrl_async.runners.placement import Layout
@@ -43,18 +41,13 @@ def resume_seeds(run_key: jax.Array, update: int, num_envs: int) -> np.ndarray:
     return np.asarray(env_seeds(key, jnp.arange(num_envs, dtype=jnp.int32)))
 
 
-def learning_spec(cfg: Any) -> EnvSpec:
-    """The spec the policy and learner see: the host env's, with float32 observations where
-    they are normalised."""
-    spec = host_env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
-    return dataclasses.replace(spec, obs_dtype=np.dtype(np.float32)) if cfg.normalize_obs else spec
-
-
-def fresh_normalizer(cfg: Any) -> Any:
-    """The normalisation state of all ``cfg.num_envs`` fresh envs (``()``: none)."""
-    spec = host_env_spec(cfg.env, flatten_obs=cfg.flatten_obs)
-    return normalization.init_state(normalization.from_config(cfg), cfg.num_envs,
-                                    spec.obs_shape, source_obs_dtype(cfg.env))
+def host_plan(cfg: Any) -> HostEnvPlan:
+    """The plan of the host envs of ``cfg`` (its env id, spaces, normalisation, vectorization)."""
+    runner = cfg.runner
+    return plan_host_envs(cfg.env, flatten_obs=cfg.flatten_obs,
+                          normalization=normalization.from_config(cfg),
+                          vectorization=runner.host_vectorization, threads=runner.host_threads,
+                          step_timeout=runner.host_step_timeout)
 
 
 LANES_PER_WORKER = 16
@@ -75,20 +68,14 @@ def stream_workers(runner: Any, where: Layout) -> int:
     return max(cores, -(-where.per_stream // LANES_PER_WORKER))
 
 
-def stream_groups(cfg: Any, where: Layout) -> int:
+def stream_groups(runner: Any, host: HostEnvPlan, where: Layout) -> int:
     """Groups per stream (``host_batcher.groups``), counting worker processes only where the
     envs step in them (not EnvPool's pools, not inline)."""
-    in_workers = (split_host_id(cfg.env)[0] == "gymnasium"
-                  and cfg.runner.host_vectorization == "workers")
-    workers = stream_workers(cfg.runner, where) if in_workers else 0
-    return groups(cfg.runner, where.per_stream, workers)
+    workers = stream_workers(runner, where) if host.in_workers else 0
+    return groups(runner, where.per_stream, workers)
 
 
-def make_envs(cfg: Any, where: Layout) -> HostVecEnv:
-    """One stream's host envs, split as the config says."""
-    runner, per_stream = cfg.runner, where.per_stream
-    workers = stream_workers(runner, where)
-    return make_host_env(cfg.env, per_stream, groups=stream_groups(cfg, where),
-                         vectorization=runner.host_vectorization, workers=workers,
-                         threads=runner.host_threads, flatten_obs=cfg.flatten_obs,
-                         step_timeout=runner.host_step_timeout)
+def make_envs(runner: Any, host: HostEnvPlan, where: Layout) -> HostVecEnv:
+    """One stream's host envs, split as the runner config says."""
+    return host.make(where.per_stream, stream_groups(runner, host, where),
+                     stream_workers(runner, where))

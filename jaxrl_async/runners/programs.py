@@ -100,23 +100,29 @@ def compile_programs(cfg: Any, env: Any, algo: Algorithm, where: Layout) -> Prog
         return carry, tuple(piece_packing.pack(piece) for piece in pieces)
 
     actors = [jax.jit(actor, donate_argnums=1).lower(*actor_args(d)) for d in where.actor_devices]
-    return compile_with_learner(cfg, algo, where, init, piece_packing, actors)
+    evaluate = evaluation(cfg, algo, learner_axis(where), len(where.all_learner_devices))
+    return compile_with_learner(cfg, algo, where, init, piece_packing, actors, evaluate)
+
+
+def learner_axis(where: Layout) -> str | None:
+    """The mesh axis the update runs over (``None`` on one learner device)."""
+    return AXIS if len(where.all_learner_devices) > 1 else None
 
 
 def compile_with_learner(cfg: Any, algo: Algorithm, where: Layout, init: Callable,
-                         piece_packing: Packing, actors: list,
+                         piece_packing: Packing, actors: list, evaluate: Callable | None = None,
                          merges_obs_sums: bool = True) -> Programs:
     """Compile the update for the learner devices (one packed piece per stream and learner
     device, laid out by ``piece_packing``), ``pack_params``, ``init`` and the lowered actor
     programs ``actors`` (kept, compiled, in ``Programs.actor``), from shapes alone.
+    ``evaluate``: ``common.evaluation``'s, over ``learner_axis`` (``None``: no evaluation).
     ``merges_obs_sums``: with normalize_obs, the pieces carry the device envs' observation
     sums, which the update merges (host envs normalise on the host: ``False``)."""
-    axis = AXIS if len(where.all_learner_devices) > 1 else None
+    axis = learner_axis(where)
     run_state = jax.eval_shape(init, jax.random.key(0))
     spec = learner_state_spec(algo)
     learner_state = place_tree(spec, run_state._replace(env=()), where, shapes_on)
     params_packing = Packing.of(acting_params(algo, run_state))
-    evaluate = evaluation(cfg, algo, axis, len(where.all_learner_devices))
 
     def update(state: RunState, batches: tuple[jax.Array, ...]):
         pieces = [piece_packing.unpack(batch) for batch in batches]  # this device's share

@@ -1,5 +1,5 @@
-"""Checkpoints of 2-process runs (127.0.0.1, gloo, 2 CPU devices each; both runners) and
-SIGTERM, the preemption notice of SLURM and Kubernetes.
+"""Checkpoints of 2-process runs (127.0.0.1, gloo, 2 CPU devices each; both runners, and the
+async runner's host actors) and SIGTERM, the preemption notice of SLURM and Kubernetes.
 
 Per runner, one pair of processes trains three runs of the same config: uninterrupted; stopped
 by a SIGTERM after update 2 (sync: to process 1 only; async: to both), which stops both
@@ -7,7 +7,9 @@ processes after the same update with one final checkpoint; SIGKILLed once checkp
 committed. A second pair resumes both stopped runs (the killed one beside a leftover temporary
 directory of an interrupted multi-process write of checkpoint 6, which is ignored and then
 removed): both end bit for bit like the uninterrupted run (the async runner: deterministic
-mode). Resuming on another layout (this one process) is refused before anything changes. And
+mode; the host-env run: on ``test_host_runs.Aligned``, whose episodes a resume's fresh resets
+do not change, with every env's normalisation state a global array over the processes).
+Resuming on another layout (this one process) is refused before anything changes. And
 the command line, in one process, exits with ``EXIT_PREEMPTED`` on SIGTERM after a final
 checkpoint, and resumes from it."""
 
@@ -28,6 +30,7 @@ import jaxrl_async as jra
 from jaxrl_async.cli.command import EXIT_PREEMPTED, main
 from jaxrl_async.run import checkpoint
 from tests.test_distributed import run_two_processes
+from tests.test_host_runs import EPISODE, aligned_ppo
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED, SIGTERM_AT, KILL_AT, UPDATES = 5, 2, 4, 8
@@ -37,8 +40,14 @@ PPO = jra.PPOConfig(env="CartPole-v1", num_envs=8, num_steps=16, num_minibatches
                     fast_compile=True)
 CONFIGS = {"sync": dataclasses.replace(PPO, runner=jra.SyncConfig(num_devices=4)),
            "async": dataclasses.replace(PPO, runner=jra.AsyncConfig(actor_devices=1,
-                                                                    learner_devices=1))}
-SIGTERM_TO = {"sync": (1,), "async": (0, 1)}  # the processes that get the SIGTERM
+                                                                    learner_devices=1)),
+           # each process: 4 envs stepped inline by 1 actor stream, 1 learner device
+           "host": dataclasses.replace(
+               aligned_ppo(), num_envs=8, total_timesteps=8 * EPISODE * UPDATES,
+               keep_checkpoints=8,
+               runner=jra.AsyncConfig(actor_devices=1, learner_devices=1,
+                                      host_vectorization="inline"))}
+SIGTERM_TO = {"sync": (1,), "async": (0, 1), "host": (0, 1)}  # who gets the SIGTERM
 
 
 def two_processes(out: Path, runner: str, phase: str) -> tuple[list[int], list[str]]:
@@ -55,7 +64,7 @@ def assert_same(out: Path, name: str) -> None:
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("runner", ["sync", "async"])
+@pytest.mark.parametrize("runner", ["sync", "async", "host"])
 def test_two_processes_stopped_by_sigterm_or_killed_resume_bit_for_bit(tmp_path, runner,
                                                                        devices):
     codes, outputs = two_processes(tmp_path, runner, "first")

@@ -225,7 +225,9 @@ def over_processes(tree: Any) -> Any:
     """This process's rows of a run-wide tree (host arrays with the env axis first: the
     process's share of the envs) as global arrays split over the processes in process order,
     one device each, so a checkpoint holds every process's envs; ``tree`` itself in a
-    single-process run."""
+    single-process run. The arrays keep their dtypes: float64 moments (a host env's
+    normalisation) stay float64, as a single-process run saves them, where jax without x64
+    would make float32 of them."""
     if jax.process_count() == 1:
         return tree
     first: dict[int, Any] = {}
@@ -242,7 +244,8 @@ def over_processes(tree: Any) -> Any:
         return jax.make_array_from_process_local_data(
             sharding, host, (host.shape[0] * len(first), *host.shape[1:]))
 
-    return jax.tree.map(put, tree)
+    with jax.enable_x64(True):
+        return jax.tree.map(put, tree)
 
 
 def local_copy(x: jax.Array) -> jax.Array:

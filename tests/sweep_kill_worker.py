@@ -17,8 +17,8 @@ def main() -> None:
     directory = sys.argv[1]
     save = sweep_chunks.save_chunk
 
-    def save_then_die(directory, group, k, layout, out):
-        save(directory, group, k, layout, out)
+    def save_then_die(directory, group, k, layout, out, train_s):
+        save(directory, group, k, layout, out, train_s)
         path = sweep_chunks.chunk_path(directory, group, k + 1)
         with open(path.with_name(path.name + ".tmp12345"), "wb") as f:
             f.write(b"PK\x03\x04 half a chunk")  # as a kill in the middle of a write leaves

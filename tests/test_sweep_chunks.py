@@ -79,6 +79,12 @@ def test_a_sweep_killed_after_its_first_chunk_resumes_to_the_same_numbers(swept,
                       checkpoint_dir=tmp_path)  # all done: nothing trained
     assert again.timing["resumed_chunks"] == 4 and again.timing["local_runs"] == 0
     assert_same(again, chunked)
+    # the speed of every chunk as it trained (none trained now): the killed start's chunk 0
+    # and the resumed start's three, not 0 SPS
+    saved_s = sum(float(np.load(tmp_path / f"g0_c{k}.npz")["train_s"]) for k in range(4))
+    assert again.timing["train_s"] == 0 and saved_s > 0
+    assert again.timing["sps"] == pytest.approx(7 * TINY.total_timesteps / saved_s)
+    assert [row["sps"] for row in again.rows] == [pytest.approx(again.timing["sps"] / 7)] * 7
 
     with count_compiles() as compiled:
         with pytest.raises(ValueError, match=r"holds another sweep \(the seeds differ\)"):

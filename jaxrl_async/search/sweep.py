@@ -301,13 +301,14 @@ def _run_group(base: Any, configs: list, points: Sequence[Mapping[str, Any]], se
             out = compiled(*inputs(k))
             trained += local_runs(out)
             wait_local(out)  # this process's share trained
-            train_s += time.perf_counter() - start
+            chunk_s = time.perf_counter() - start
+            train_s += chunk_s
             start = time.perf_counter()
             outs.append(fetch(out))  # every process's shares, in every process
             gather_s += time.perf_counter() - start
             _Progress.active = None
             if directory is not None:
-                chunks.save_chunk(directory, group, k, layout, outs[-1])
+                chunks.save_chunk(directory, group, k, layout, outs[-1], chunk_s)
     finally:
         _Progress.active = None
         if bar is not None and shared_bar is None:
@@ -317,11 +318,13 @@ def _run_group(base: Any, configs: list, points: Sequence[Mapping[str, Any]], se
     def per_run(x: np.ndarray) -> np.ndarray:
         return np.asarray(x)[:num_runs].reshape(len(configs), len(seeds), *np.shape(x)[1:])
 
-    runs_now = sum(min(size, num_runs - k * size) for k in todo)
-    steps = runs_now * steps_per_run
+    # the speed over every chunk, each at the time it trained (a resumed chunk: when saved)
+    all_s = train_s + sum(chunks.saved_train_s(done[k]) for k in done)
+    steps = num_runs * steps_per_run
+    sps = steps / all_s if all_s > 0 else float("nan")  # NaN: no time was measured
     timing = {"compile_s": compile_s, "train_s": train_s, "gather_s": gather_s,
-              "sps": steps / max(train_s, 1e-9),
-              "sps_per_run": steps / max(runs_now, 1) / max(train_s, 1e-9), "runs": num_runs,
+              "sps": sps, "sps_per_run": sps / num_runs, "steps": steps,
+              "chunks_train_s": all_s, "runs": num_runs,
               "devices": devices, "padded_runs": layout.padded - num_runs,
               "processes": jax.process_count(), "local_runs": trained,
               "chunks": layout.chunks, "chunk_runs": size, "resumed_chunks": len(done)}

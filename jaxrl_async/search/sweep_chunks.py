@@ -183,12 +183,14 @@ def agree(done: Sequence[dict], layouts: Sequence[Layout], directory: str | Path
                          "system)")
 
 
-def save_chunk(directory: str | Path, group: int, k: int, layout: Layout, out: Any) -> None:
-    """Process 0 writes chunk ``k``'s outputs ``(params, metrics)`` (host arrays)."""
+def save_chunk(directory: str | Path, group: int, k: int, layout: Layout, out: Any,
+               train_s: float) -> None:
+    """Process 0 writes chunk ``k``'s outputs ``(params, metrics)`` (host arrays) and the
+    seconds it trained for (a resumed sweep's speed counts it at that time)."""
     if not is_main_process():
         return
     params, metrics = out
-    arrays = {"chunk_runs": np.int64(layout.chunk)}
+    arrays = {"chunk_runs": np.int64(layout.chunk), "train_s": np.float64(train_s)}
     arrays.update({f"p/{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(params))})
     arrays.update({f"m/{name}": np.asarray(x) for name, x in metrics.items()})
     import io
@@ -196,6 +198,11 @@ def save_chunk(directory: str | Path, group: int, k: int, layout: Layout, out: A
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     _write_atomic(chunk_path(directory, group, k), buffer.getvalue())
+
+
+def saved_train_s(arrays: dict) -> float:
+    """The seconds a saved chunk trained for (NaN in a file written before they were kept)."""
+    return float(arrays["train_s"]) if "train_s" in arrays else float("nan")
 
 
 def unpack(arrays: dict, treedef: Any) -> tuple[Any, dict]:

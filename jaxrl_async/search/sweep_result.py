@@ -57,11 +57,12 @@ class SweepResult:
         shapes = {tuple(np.shape(x) for x in jax.tree.leaves(p)) for p in params}
         timings = [r.timing for _, r in parts]
         train_s = sum(t["train_s"] for t in timings)
-        steps = sum(t["sps"] * t["train_s"] for t in timings)
+        steps, all_s = (sum(t[k] for t in timings) for k in ("steps", "chunks_train_s"))
         runs = sum(t["runs"] for t in timings)
+        sps = steps / all_s if all_s > 0 else float("nan")
         timing = {"compile_s": sum(t["compile_s"] for t in timings), "train_s": train_s,
-                  "sps": steps / max(train_s, 1e-9), "sps_per_run": steps / runs / max(
-                      train_s, 1e-9), "runs": runs, "groups": len(parts),
+                  "sps": sps, "sps_per_run": sps / runs, "steps": steps,
+                  "chunks_train_s": all_s, "runs": runs, "groups": len(parts),
                   "devices": max(t["devices"] for t in timings),
                   "padded_runs": sum(t["padded_runs"] for t in timings),
                   **{k: sum(t.get(k, 0) for t in timings)

@@ -111,17 +111,19 @@ def installed_package(tmp_path_factory):
 # --------------------------------------------------------------------------- the order of files
 # make test spreads whole files over two workers (--dist loadfile) in collection order. With
 # the longest files first (longest-processing-time-first), the last files handed out are short
-# and the two workers end close together whatever the alphabet puts last (on a clean clone: 1892
-# s of tests in 1008 s of wall time). Longest first, as measured there (make test, an idle
-# machine); the files not named keep their order, after these.
-LONGEST_FIRST = ("test_optuna_search", "test_entry_points", "test_host_runs",
-                 "test_distributed_checkpoint", "test_pbt_devices",
-                 "test_distributed_sweep", "test_host_envs", "test_ppo", "test_distributed",
-                 "test_async", "test_dqn", "test_algos_async", "test_checkpoint", "test_lag",
-                 "test_pqn", "test_recurrent", "test_notebooks", "test_conv",
-                 "test_env_registry", "test_envs", "test_env_suites", "test_data_order",
-                 "test_sac", "test_user_trips", "test_eval_every", "test_sweep",
-                 "test_networks")
+# and the two workers end close together whatever the alphabet puts last. Longest first, as
+# measured by make test --durations=0 (2396 s of tests in 1260 s of wall time on 2 cores, a
+# loaded machine); the files not named (each under 20 s) keep their order, after these.
+LONGEST_FIRST = ("test_host_envs", "test_async", "test_optuna_search",
+                 "test_distributed_checkpoint", "test_user_trips", "test_entry_points",
+                 "test_notebooks", "test_ppo", "test_host_runs", "test_pqn", "test_pbt",
+                 "test_dqn", "test_pbt_devices", "test_distributed", "test_env_registry",
+                 "test_algos_async", "test_checkpoint", "test_sac", "test_conv", "test_lag",
+                 "test_sweep_static", "test_envs", "test_env_suites", "test_recurrent",
+                 "test_distributed_sweep", "test_compile_cache", "test_networks",
+                 "test_held_out", "test_data_order", "test_sweep", "test_sweep_chunks",
+                 "test_eval_every", "test_normalization", "test_faults_checkpoint",
+                 "test_envpool", "test_replay")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -519,17 +519,19 @@ def test_a_host_env_with_no_runner_named_runs_under_the_async_runner():
 # --------------------------------------------------------------------------- learning
 @pytest.mark.timeout(300)
 def test_ppo_learns_gymnasium_cartpole_through_host_actors():
-    # Budget: 5e5 env steps of gymnasium's CartPole-v1 with PureJaxRL's PPO settings but 8 envs
-    # x 64 steps (the same 512-step updates; lr 2.5e-4 annealed, 4 epochs x 4 minibatches), one
-    # actor stream, lag 1: final return 500 on seeds 0 and 1. The envs step in the default
-    # worker processes (2 groups of 4), one thread each: CartPole's step is CPU-bound, and the
-    # threads change nothing in the run, only its CPU cost (a thread per env costs about 3x the
-    # worker CPU per step). 16 x 32 ended at 433 and 441 (with the earlier host path).
-    cfg = jra.PPOConfig(env="gymnasium:CartPole-v1", total_timesteps=500_000, num_envs=8,
+    # Budget: 256k env steps (500 updates) of gymnasium's CartPole-v1 with PureJaxRL's PPO
+    # settings but 8 envs x 64 steps (the same 512-step updates; lr 2.5e-4 annealed, 4 epochs x
+    # 4 minibatches), one actor stream, lag 1. Final returns at this budget: 453, 419, 400 on
+    # seeds 0, 1, 2 (at 5e5: 500 on seeds 0 and 1); a random policy scores about 22, and so
+    # does this run with lr 0; with the advantage's sign flipped it ends at 9. The envs step in
+    # the default worker processes (2 groups of 4), one thread each: CartPole's step is
+    # CPU-bound, and the threads change nothing in the run, only its CPU cost (a thread per env
+    # costs about 3x the worker CPU per step).
+    cfg = jra.PPOConfig(env="gymnasium:CartPole-v1", total_timesteps=256_000, num_envs=8,
                         num_steps=64, runner=jra.AsyncConfig(lag=1, host_threads=1))
     out = jra.train(cfg, seed=0, progress=False)
     returns = out.metrics["episode_return"]
     assert np.nanmean(returns[:3]) < 100
-    assert final_return(out.metrics) >= 450, returns[-20:]
+    assert final_return(out.metrics) >= 350, returns[-20:]
     assert np.all(out.metrics["staleness"][1:] == 1)
     assert out.timing["env_steps_collected"] == cfg.num_updates * cfg.steps_per_update

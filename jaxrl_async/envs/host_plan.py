@@ -37,7 +37,6 @@ class HostEnvPlan:
     """The host envs of one run (see the module docstring); ``plan_host_envs`` builds it."""
 
     env_id: str  # "gymnasium:<id>" or "envpool:<id>"
-    backend: str  # "gymnasium" or "envpool"
     spec: EnvSpec  # one env's, observations cast to 32 bits (envs/host.py)
     policy_spec: EnvSpec  # what the policy and learner see: float32 observations if normalised
     source_obs_dtype: np.dtype  # the dtype the env itself returns observations in
@@ -45,6 +44,11 @@ class HostEnvPlan:
     vectorization: str  # gymnasium envs: "workers" or "inline"; EnvPool: its own pools
     threads: int  # per worker (0: one per env); EnvPool: C++ threads per pool (0: its default)
     step_timeout: float  # seconds a worker may take for a step (0: no limit)
+
+    @property
+    def backend(self) -> str:
+        """``"gymnasium"`` or ``"envpool"``: the env id's prefix."""
+        return split_host_id(self.env_id)[0]
 
     @property
     def in_workers(self) -> bool:
@@ -79,6 +83,5 @@ def plan_host_envs(env_id: str, *, flatten_obs: bool = False,
     spec = host_env_spec(env_id, flatten_obs=flatten_obs)
     policy_spec = (dataclasses.replace(spec, obs_dtype=np.dtype(np.float32))
                    if normalization.obs else spec)
-    return HostEnvPlan(env_id, split_host_id(env_id)[0], spec, policy_spec,
-                       source_obs_dtype(env_id), normalization, vectorization, threads,
-                       step_timeout)
+    return HostEnvPlan(env_id, spec, policy_spec, source_obs_dtype(env_id), normalization,
+                       vectorization, threads, step_timeout)

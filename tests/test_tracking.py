@@ -11,7 +11,9 @@ from __future__ import annotations
 import _thread
 import json
 import math
+import struct
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ import jaxrl_async as jra
 from jaxrl_async.cli.command import main
 from jaxrl_async.run import checkpoint
 from jaxrl_async.runners.state import Callbacks
-from tests.wandb_offline import tracker_runs
+from tests.wandb_offline import records, tracker_runs
 
 pytest.importorskip("wandb")
 
@@ -53,7 +55,38 @@ def same_row(logged: dict, written: dict) -> bool:
                or logged[k] == v for k, v in written.items())
 
 
+def wandb_file(payloads: list[bytes]) -> bytes:
+    """A ``.wandb`` log holding ``payloads`` as whole records (the writer's format: a 7-byte
+    header, then per record a chunk header of crc32(type + data), length and type 1)."""
+    out = bytearray(b":W&B\xe1\xbe\x00")
+    for data in payloads:
+        out += struct.pack("<IHB", zlib.crc32(data, zlib.crc32(b"\x01")), len(data), 1) + data
+    return bytes(out)
+
+
 # --------------------------------------------------------------------------- tests
+def test_the_reader_stops_at_a_record_still_being_written(tmp_path):
+    """The service process writes the file while the test reads it: a record cut short, or
+    its bytes not yet all there, is the unfinished tail, not a corrupt file (make test-latest
+    once failed on it)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    rows = [pb.Record(history=pb.HistoryRecord(item=[pb.HistoryItem(
+        key="_step", value_json=str(i))])) for i in range(1, 4)]
+    whole = wandb_file([r.SerializeToString() for r in rows])
+    path = tmp_path / "run.wandb"
+    path.write_bytes(whole)
+    assert records(path) == rows
+    last = len(rows[-1].SerializeToString())
+    for cut in range(1, last + 7):  # within the last record's header or its data
+        path.write_bytes(whole[:len(whole) - cut])
+        assert records(path) == rows[:2], cut
+    half_written = bytearray(whole)
+    half_written[-last // 2:] = bytes(last // 2)  # the length is there, the bytes not yet
+    path.write_bytes(bytes(half_written))
+    assert records(path) == rows[:2]
+
+
 @pytest.mark.timeout(300)
 def test_cli_track_logs_config_every_row_and_the_evaluation(tmp_path):
     settings = tmp_path / "run.json"

@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import struct
 import time
+import zlib
 from pathlib import Path
 
 
 def records(path: Path) -> list:
     """The ``Record`` protobufs of a ``.wandb`` file: a 7-byte header, then 32 KiB blocks of
-    chunks (crc32 u32, length u16, type u8: 1 full, 2 first, 3 middle, 4 last)."""
+    chunks (crc32 u32 of type + data, length u16, type u8: 1 full, 2 first, 3 middle, 4 last).
+    Reading stops at a chunk not yet written whole (wandb's service process writes the file
+    while the run goes on): cut short, or its checksum not yet matching."""
     from wandb.proto import wandb_internal_pb2 as pb
 
     data, pos, block, pending, out = path.read_bytes(), 7, 32768, b"", []
@@ -22,11 +25,14 @@ def records(path: Path) -> list:
         if left < 7:  # the block's zero-filled tail
             pos += left
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
         if length == 0 and kind == 0:
             pos += left
             continue
-        pending += data[pos + 7:pos + 7 + length]
+        chunk = data[pos + 7:pos + 7 + length]
+        if len(chunk) < length or zlib.crc32(chunk, zlib.crc32(bytes([kind]))) != crc:
+            break
+        pending += chunk
         pos += 7 + length
         if kind in (1, 4):
             record = pb.Record()

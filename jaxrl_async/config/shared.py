@@ -43,9 +43,9 @@ from jaxrl_async.config.fields import (  # noqa: F401 - the field machinery, imp
     static_fields,
     to_dict,
 )
+from jaxrl_async.envs.host_plan import HOST_VECTORIZATIONS  # how host envs step: the env layer's
 
 # --------------------------------------------------------------------------- shared configs
-HOST_VECTORIZATIONS = ("workers", "inline")
 
 
 def host_vectorization(x: object) -> str | None:

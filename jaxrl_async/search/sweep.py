@@ -59,7 +59,7 @@ from jaxrl_async.search.sweep_program import (  # noqa: F401 - imported from her
     vmap_runs,
     wait_local,
 )
-from jaxrl_async.search.sweep_result import SweepResult
+from jaxrl_async.search.sweep_result import SweepResult, speed
 
 
 # --------------------------------------------------------------------------- entry points
@@ -321,10 +321,8 @@ def _run_group(base: Any, configs: list, points: Sequence[Mapping[str, Any]], se
     # the speed over every chunk, each at the time it trained (a resumed chunk: when saved)
     all_s = train_s + sum(chunks.saved_train_s(done[k]) for k in done)
     steps = num_runs * steps_per_run
-    sps = steps / all_s if all_s > 0 else float("nan")  # NaN: no time was measured
     timing = {"compile_s": compile_s, "train_s": train_s, "gather_s": gather_s,
-              "sps": sps, "sps_per_run": sps / num_runs, "steps": steps,
-              "chunks_train_s": all_s, "runs": num_runs,
+              **speed(steps, all_s, num_runs), "runs": num_runs,
               "devices": devices, "padded_runs": layout.padded - num_runs,
               "processes": jax.process_count(), "local_runs": trained,
               "chunks": layout.chunks, "chunk_runs": size, "resumed_chunks": len(done)}

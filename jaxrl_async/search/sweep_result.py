@@ -59,10 +59,8 @@ class SweepResult:
         train_s = sum(t["train_s"] for t in timings)
         steps, all_s = (sum(t[k] for t in timings) for k in ("steps", "chunks_train_s"))
         runs = sum(t["runs"] for t in timings)
-        sps = steps / all_s if all_s > 0 else float("nan")
         timing = {"compile_s": sum(t["compile_s"] for t in timings), "train_s": train_s,
-                  "sps": sps, "sps_per_run": sps / runs, "steps": steps,
-                  "chunks_train_s": all_s, "runs": runs, "groups": len(parts),
+                  **speed(steps, all_s, runs), "runs": runs, "groups": len(parts),
                   "devices": max(t["devices"] for t in timings),
                   "padded_runs": sum(t["padded_runs"] for t in timings),
                   **{k: sum(t.get(k, 0) for t in timings)
@@ -262,6 +260,13 @@ class SweepResult:
             ax.set_ylabel(metric)
             ax.grid(alpha=0.3)
         return fig
+
+
+def speed(steps: int, seconds: float, runs: int) -> dict[str, float]:
+    """A sweep's ``timing`` speed keys: ``steps`` over every run in ``seconds`` of training
+    (each chunk at the time it trained); ``sps`` NaN where no time was measured."""
+    sps = steps / seconds if seconds > 0 else float("nan")
+    return {"sps": sps, "sps_per_run": sps / runs, "steps": steps, "chunks_train_s": seconds}
 
 
 def _pad_front(x: np.ndarray, length: int, name: str) -> np.ndarray:
